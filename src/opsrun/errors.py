@@ -1,0 +1,248 @@
+"""Every exception opsrun raises, under one root.
+
+Each error carries a stable string ``code`` that callers may branch on, a human
+``message`` and bounded, JSON-safe ``details``. Codes never change meaning
+between releases; messages may be reworded.
+
+The tree::
+
+    OpsrunError
+    ├── ConfigError                 bad configuration passed in by the host
+    ├── ProfileInvalid              an OperationProfile failed save-time validation
+    ├── StoreError                  a store refused or could not serve a request
+    │   ├── NotFound                the requested record does not exist
+    │   └── ArtifactConflict        optimistic concurrency: basedOnVersion is stale
+    ├── RunError                    a run could not be started or driven
+    ├── OperationFailed             an operation implementation's own error (has a code)
+    ├── TemplateError               a Liquid template failed to parse or render
+    ├── ProviderError               an LLM provider call failed
+    │   ├── ProviderTimeout
+    │   ├── RateLimited             carries ``retry_after`` seconds when known
+    │   └── ResponseFormatRejected  the provider refused the requested response format
+    └── PlanError                   an LLM edit plan is malformed or invalid (ERR_* codes)
+        ├── PatchError              a unified diff is malformed or does not apply
+        └── ApplyError              a plan could not be applied; the tree was rolled back
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = [
+    "ApplyError",
+    "ArtifactConflict",
+    "ConfigError",
+    "NotFound",
+    "OperationFailed",
+    "OpsrunError",
+    "PatchError",
+    "PlanError",
+    "ProfileInvalid",
+    "ProviderError",
+    "ProviderTimeout",
+    "RateLimited",
+    "ResponseFormatRejected",
+    "RunError",
+    "StoreError",
+    "TemplateError",
+    "bound_details",
+]
+
+_MAX_DETAIL_STR = 1024
+_MAX_DETAIL_ITEMS = 50
+_MAX_DETAIL_DEPTH = 4
+
+
+def _bound(value: Any, depth: int) -> Any:
+    if isinstance(value, str):
+        if len(value) > _MAX_DETAIL_STR:
+            return value[:_MAX_DETAIL_STR] + f"…[+{len(value) - _MAX_DETAIL_STR} chars]"
+        return value
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if depth >= _MAX_DETAIL_DEPTH:
+        return "…"
+    if isinstance(value, Mapping):
+        items = list(value.items())
+        out = {str(k): _bound(v, depth + 1) for k, v in items[:_MAX_DETAIL_ITEMS]}
+        if len(items) > _MAX_DETAIL_ITEMS:
+            out["…"] = f"+{len(items) - _MAX_DETAIL_ITEMS} more"
+        return out
+    if isinstance(value, list | tuple | set | frozenset):
+        seq = list(value)
+        bounded = [_bound(v, depth + 1) for v in seq[:_MAX_DETAIL_ITEMS]]
+        if len(seq) > _MAX_DETAIL_ITEMS:
+            bounded.append(f"…+{len(seq) - _MAX_DETAIL_ITEMS} more")
+        return bounded
+    return _bound(repr(value), depth)
+
+
+def bound_details(details: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Return a JSON-safe copy of ``details`` with strings, lists and depth bounded.
+
+    Strings are cut at 1024 characters, collections at 50 items, nesting at 4
+    levels; anything that is not a JSON scalar or container becomes its ``repr``.
+    """
+    if not details:
+        return {}
+    bounded = _bound(dict(details), 0)
+    assert isinstance(bounded, dict)
+    return bounded
+
+
+class OpsrunError(Exception):
+    """Root of every error opsrun raises.
+
+    Attributes:
+        code: A stable machine-readable code (``"artifact_conflict"``, ``"ERR_SCHEMA"``…).
+        message: A human-readable explanation; may change between releases.
+        details: Bounded JSON-safe context (see :func:`bound_details`).
+    """
+
+    default_code = "opsrun_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        details: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code: str = code or self.default_code
+        self.message: str = message
+        self.details: dict[str, Any] = bound_details(details)
+
+    def __str__(self) -> str:
+        return f"[{self.code}] {self.message}"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(code={self.code!r}, message={self.message!r})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return ``{"code", "message", "details"}`` for logs and API responses."""
+        return {"code": self.code, "message": self.message, "details": self.details}
+
+
+class ConfigError(OpsrunError):
+    """The host passed configuration opsrun cannot use."""
+
+    default_code = "config_error"
+
+
+class ProfileInvalid(OpsrunError):
+    """An OperationProfile failed save-time validation.
+
+    Attributes:
+        issues: Every problem found, as ``opsrun.model.ProfileIssue`` values.
+    """
+
+    default_code = "profile_invalid"
+
+    def __init__(self, message: str, *, issues: list[Any]) -> None:
+        super().__init__(
+            message,
+            details={"issues": [getattr(i, "code", str(i)) for i in issues]},
+        )
+        self.issues: list[Any] = list(issues)
+
+
+class StoreError(OpsrunError):
+    """A store could not serve a request."""
+
+    default_code = "store_error"
+
+
+class NotFound(StoreError):
+    """The requested record does not exist."""
+
+    default_code = "not_found"
+
+
+class ArtifactConflict(StoreError):
+    """A persisted artifact write named a ``basedOnVersion`` that is no longer the latest."""
+
+    default_code = "artifact_conflict"
+
+
+class RunError(OpsrunError):
+    """A run could not be started or driven (bad request, unknown profile…)."""
+
+    default_code = "run_error"
+
+
+class OperationFailed(OpsrunError):
+    """Raised by an operation implementation to end its OperationRun as ``error``.
+
+    The runner records ``code`` and ``message`` on the OperationRun; any other
+    exception an operation raises is recorded as ``operation_exception``.
+    """
+
+    default_code = "operation_error"
+
+
+class TemplateError(OpsrunError):
+    """A Liquid template failed to parse or render (``template_render_error``)."""
+
+    default_code = "template_render_error"
+
+
+class ProviderError(OpsrunError):
+    """An LLM provider call failed (``provider_error``)."""
+
+    default_code = "provider_error"
+
+
+class ProviderTimeout(ProviderError):
+    """The provider did not answer in time (``timeout``)."""
+
+    default_code = "timeout"
+
+
+class RateLimited(ProviderError):
+    """The provider rate-limited the call (``rate_limited``).
+
+    Attributes:
+        retry_after: Seconds the provider asked to wait, when it said.
+    """
+
+    default_code = "rate_limited"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after: float | None = None,
+        code: str | None = None,
+        details: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message, code=code, details=details)
+        self.retry_after: float | None = retry_after
+
+
+class ResponseFormatRejected(ProviderError):
+    """The provider refused the requested response format or schema.
+
+    Callers step down one structured-output capability level and try again.
+    """
+
+    default_code = "response_format_rejected"
+
+
+class PlanError(OpsrunError):
+    """An LLM edit plan is malformed or invalid; ``code`` is an ``ERR_*`` string."""
+
+    default_code = "ERR_PLAN"
+
+
+class PatchError(PlanError):
+    """A unified diff is malformed or does not apply (``ERR_PATCH_*``, ``ERR_BASE_*``…)."""
+
+    default_code = "ERR_PATCH_APPLY_FAILED"
+
+
+class ApplyError(PlanError):
+    """A plan could not be applied to a directory; the tree was rolled back."""
+
+    default_code = "ERR_APPLY_FAILED"
