@@ -1,0 +1,307 @@
+"""Save-time validation of operation profiles (seed 003 ``20-operation-profile`` §4).
+
+Every problem is reported at once, each as a :class:`~opsrun.model.ProfileIssue`
+with a stable code and the operation it concerns. Decisions beyond the seed
+(ARCHITECTURE.md): dependencies must not cross hooks (an operation's every hook
+must also be a hook of each dependency), cycles are errors, and every operation
+that writes an artifact must declare its tag statically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+from pydantic import BaseModel, ValidationError
+
+from .errors import ProfileInvalid
+from .model import (
+    Hook,
+    LlmParams,
+    OperationDefinition,
+    OperationProfile,
+    ProfileIssue,
+    ProfileIssueCode,
+    ProfileOperation,
+    TemplateParams,
+    check_tag,
+)
+
+__all__ = ["BUILTIN_PARAMS_MODELS", "ensure_valid_profile", "find_cycles", "validate_profile"]
+
+BUILTIN_PARAMS_MODELS: Mapping[str, type[BaseModel]] = {
+    "llm": LlmParams,
+    "template": TemplateParams,
+}
+"""Params models of the built-in kinds, keyed by kind."""
+
+Code = ProfileIssueCode
+_Add = Callable[[ProfileIssueCode, str | None, str], None]
+
+
+def validate_profile(
+    profile: OperationProfile,
+    catalog: Mapping[str, OperationDefinition],
+    *,
+    params_models: Mapping[str, type[BaseModel]] | None = None,
+) -> list[ProfileIssue]:
+    """Return every problem of ``profile`` against ``catalog``; an empty list means valid.
+
+    Args:
+        profile: The profile to check.
+        catalog: Operation definitions by operation id (an ``OperationCatalog`` works).
+        params_models: Params models keyed by operation id or by kind; the built-in
+            ``llm`` and ``template`` models are used when neither matches.
+
+    Never raises for a problem of the profile; see :func:`ensure_valid_profile`.
+    """
+    models = params_models or {}
+    issues: list[ProfileIssue] = []
+
+    def add(code: ProfileIssueCode, operation_id: str | None, message: str) -> None:
+        issues.append(ProfileIssue(code=code, operation_id=operation_id, message=message))
+
+    if not profile.profile_id.strip():
+        add(Code.EMPTY_PROFILE_ID, None, "profileId must not be empty")
+    if not profile.operation_profile_session_id.strip():
+        add(Code.EMPTY_SESSION_ID, None, "operationProfileSessionId must not be empty")
+
+    entries: dict[str, ProfileOperation] = {}
+    for entry in profile.operations:
+        op_id = entry.operation_id
+        if not op_id.strip():
+            add(Code.EMPTY_OPERATION_ID, None, "an operation has an empty operationId")
+            continue
+        if op_id in entries:
+            add(Code.DUPLICATE_OPERATION_ID, op_id, f"operation {op_id!r} is listed twice")
+            continue
+        entries[op_id] = entry
+
+    writers: dict[str, list[str]] = {}
+    for op_id, entry in entries.items():
+        definition = catalog.get(op_id)
+        if definition is None:
+            add(Code.UNKNOWN_OPERATION, op_id, f"no operation {op_id!r} in the catalog")
+        else:
+            params_model = models.get(op_id) or models.get(definition.kind)
+            params_model = params_model or BUILTIN_PARAMS_MODELS.get(definition.kind)
+            params = _check_params(entry, params_model, add)
+            tag = _write_tag(entry, definition, params, add)
+            if tag is not None:
+                writers.setdefault(tag, []).append(op_id)
+            if (
+                getattr(params, "prompt_effect", None) is not None
+                and Hook.AFTER_MAIN_LLM in entry.config.hooks
+            ):
+                add(
+                    Code.PROMPT_EFFECT_AFTER_MAIN_LLM,
+                    op_id,
+                    f"{op_id!r} sends a prompt-time effect but runs in after_main_llm, "
+                    "when the prompt was already sent",
+                )
+        _check_dependencies(entry, entries, add)
+
+    for tag, op_ids in sorted(writers.items()):
+        if len(op_ids) > 1:
+            for op_id in op_ids[1:]:
+                add(
+                    Code.DUPLICATE_WRITE_TAG,
+                    op_id,
+                    f"art.{tag} is written by {', '.join(map(repr, op_ids))}; "
+                    "a tag has one writer per profile",
+                )
+
+    graph = {
+        op_id: [d for d in entry.config.depends_on if d in entries and d != op_id]
+        for op_id, entry in entries.items()
+    }
+    for cycle in find_cycles(graph):
+        add(
+            Code.DEPENDENCY_CYCLE,
+            cycle[0],
+            "dependency cycle: " + " → ".join([*cycle, cycle[0]]),
+        )
+    return issues
+
+
+def ensure_valid_profile(
+    profile: OperationProfile,
+    catalog: Mapping[str, OperationDefinition],
+    *,
+    params_models: Mapping[str, type[BaseModel]] | None = None,
+) -> None:
+    """Check ``profile`` like :func:`validate_profile` and raise if anything is wrong.
+
+    Raises:
+        ProfileInvalid: with every issue in ``.issues`` (code ``profile_invalid``).
+    """
+    issues = validate_profile(profile, catalog, params_models=params_models)
+    if issues:
+        summary = "; ".join(f"{i.code.value}({i.operation_id or '-'})" for i in issues[:10])
+        more = f" and {len(issues) - 10} more" if len(issues) > 10 else ""
+        raise ProfileInvalid(
+            f"profile {profile.profile_id!r} has {len(issues)} problem(s): {summary}{more}",
+            issues=issues,
+        )
+
+
+def find_cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
+    """Return one cycle per strongly connected component that has one.
+
+    Each cycle is a list of nodes ``[a, b, …]`` meaning a → b → … → a, starting at the
+    smallest node of its component; cycles are sorted by that node. Self loops are not
+    cycles here (they are reported separately). Iterative, so deep graphs are fine.
+    """
+    adjacency = {node: sorted(set(targets)) for node, targets in graph.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    components: list[list[str]] = []
+    counter = 0
+    for root in sorted(adjacency):
+        if root in index:
+            continue
+        work: list[tuple[str, int]] = [(root, 0)]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, child_i = work[-1]
+            children = [c for c in adjacency.get(node, []) if c != node]
+            if child_i < len(children):
+                work[-1] = (node, child_i + 1)
+                child = children[child_i]
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, 0))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component: list[str] = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    components.append(component)
+    return sorted((_cycle_in(set(c), adjacency) for c in components), key=lambda c: c[0])
+
+
+def _cycle_in(component: set[str], adjacency: Mapping[str, list[str]]) -> list[str]:
+    """Walk inside a strongly connected component from its smallest node back to it."""
+    start = min(component)
+    # Breadth-first search for the shortest path back to start stays inside the component.
+    parents: dict[str, str] = {}
+    frontier = [start]
+    seen = {start}
+    while frontier:
+        next_frontier: list[str] = []
+        for node in frontier:
+            for child in adjacency.get(node, []):
+                if child not in component:
+                    continue
+                if child == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(parents[path[-1]])
+                    return list(reversed(path))
+                if child not in seen:
+                    seen.add(child)
+                    parents[child] = node
+                    next_frontier.append(child)
+        frontier = next_frontier
+    raise AssertionError("a strongly connected component always has a cycle")
+
+
+def _check_params(
+    entry: ProfileOperation,
+    params_model: type[BaseModel] | None,
+    add: _Add,
+) -> BaseModel | None:
+    if params_model is None:
+        return None
+    try:
+        return params_model.model_validate(entry.config.params)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(root)'}: {err['msg']}"
+            for err in exc.errors()[:5]
+        )
+        add(Code.INVALID_PARAMS, entry.operation_id, f"params do not fit: {problems}")
+        return None
+
+
+def _write_tag(
+    entry: ProfileOperation,
+    definition: OperationDefinition,
+    params: BaseModel | None,
+    add: _Add,
+) -> str | None:
+    declared = definition.capabilities.write_tag
+    from_params: str | None = None
+    spec = getattr(params, "write_artifact", None)
+    if spec is not None:
+        from_params = spec.tag
+    elif params is None and isinstance(entry.config.params.get("writeArtifact"), dict):
+        raw = entry.config.params["writeArtifact"].get("tag")
+        from_params = raw if isinstance(raw, str) else None
+    op_id = entry.operation_id
+    if declared is not None and from_params is not None and declared != from_params:
+        add(
+            Code.WRITE_TAG_UNKNOWN,
+            op_id,
+            f"the definition declares art.{declared} but params write art.{from_params}",
+        )
+        return declared
+    tag = declared or from_params
+    if tag is None:
+        if definition.capabilities.writes_artifact:
+            add(
+                Code.WRITE_TAG_UNKNOWN,
+                op_id,
+                f"{op_id!r} writes an artifact but declares no tag "
+                "(set capabilities.writeTag or params.writeArtifact.tag)",
+            )
+        return None
+    try:
+        check_tag(tag)
+    except ValueError as exc:
+        add(Code.WRITE_TAG_UNKNOWN, op_id, str(exc))
+        return None
+    return tag
+
+
+def _check_dependencies(
+    entry: ProfileOperation,
+    entries: Mapping[str, ProfileOperation],
+    add: _Add,
+) -> None:
+    op_id = entry.operation_id
+    hooks = set(entry.config.hooks)
+    for dep in entry.config.depends_on:
+        if dep == op_id:
+            add(Code.SELF_DEPENDENCY, op_id, f"{op_id!r} depends on itself")
+            continue
+        target = entries.get(dep)
+        if target is None:
+            add(Code.UNKNOWN_DEPENDENCY, op_id, f"{op_id!r} depends on unknown {dep!r}")
+            continue
+        missing = hooks - set(target.config.hooks)
+        if missing:
+            add(
+                Code.CROSS_HOOK_DEPENDENCY,
+                op_id,
+                f"{op_id!r} runs in {', '.join(sorted(h.value for h in missing))} "
+                f"but its dependency {dep!r} does not",
+            )

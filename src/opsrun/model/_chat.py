@@ -1,0 +1,97 @@
+"""Chat messages with variants, and the messages of an effective prompt."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import Field, model_validator
+
+from ._base import JsonObject, Model
+from ._enums import ChatRole, DomainRole
+
+
+class MessageVariant(Model):
+    """One alternative form of a chat message; the selected one is canonical."""
+
+    variant_id: str
+    """Unique id of the variant."""
+    content: str
+    """The prompt text (``promptText``): what later prompts see."""
+    blocks: tuple[JsonObject, ...] = ()
+    """Structured UI blocks."""
+    meta: JsonObject = Field(default_factory=dict)
+    """Free-form metadata."""
+    source: str = "user"
+    """Who made it: ``user``, ``main_llm`` or ``operation:<operationId>``."""
+    run_id: str | None = None
+    """The run that created it."""
+    created_at: datetime | None = None
+    """When it was created."""
+
+
+class ChatMessage(Model):
+    """A message of the chat history; its selected variant gives its text."""
+
+    message_id: str
+    """Unique id; for a user message it is also the turn id."""
+    chat_id: str
+    """The chat."""
+    branch_id: str
+    """The branch."""
+    role: ChatRole
+    """Who speaks."""
+    variants: tuple[MessageVariant, ...] = Field(min_length=1)
+    """Alternatives, oldest first."""
+    selected_variant_id: str
+    """The canonical variant."""
+    turn_id: str | None = None
+    """For assistant messages: the user message id of their turn."""
+    created_at: datetime | None = None
+    """When it was created."""
+
+    @model_validator(mode="after")
+    def _selected_exists(self) -> ChatMessage:
+        if not any(v.variant_id == self.selected_variant_id for v in self.variants):
+            raise ValueError(f"selected variant {self.selected_variant_id!r} is not a variant")
+        return self
+
+    @property
+    def selected(self) -> MessageVariant:
+        """The selected variant."""
+        for variant in self.variants:
+            if variant.variant_id == self.selected_variant_id:
+                return variant
+        raise AssertionError("unreachable: validated on construction")
+
+    @property
+    def prompt_text(self) -> str:
+        """The selected variant's text."""
+        return self.selected.content
+
+
+class PromptSource(Model):
+    """Where a part of the effective prompt came from, for the debug report."""
+
+    kind: str
+    """``system``, ``history``, ``effect`` or ``artifact``."""
+    message_id: str | None = None
+    """For history: the chat message."""
+    operation_id: str | None = None
+    """For effects: the operation that produced it."""
+    effect: str | None = None
+    """For effects: the effect type."""
+    tag: str | None = None
+    """For artifacts: the tag."""
+    version: int | None = None
+    """For artifacts: the version included."""
+
+
+class PromptMessage(Model):
+    """One message of the effective prompt, with its domain role and source."""
+
+    role: DomainRole
+    """Domain role; ``developer`` is mapped for providers that lack it."""
+    content: str
+    """Text."""
+    source: PromptSource | None = None
+    """Provenance (not sent to the provider)."""

@@ -1,0 +1,195 @@
+"""What an operation returns: status, effects in three layers, and a stable error (seed 003 §4.4).
+
+Effects apply only when the operation ends ``done``, at commit, in deterministic order.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, TypeAlias
+
+from pydantic import Field, TypeAdapter, model_validator
+
+from ._artifact import ArtifactWrite
+from ._base import JsonObject, Model
+from ._enums import DomainRole, OperationStatus, SkippedReason
+
+# --- prompt-time effects (before_main_llm only) ----------------------------------------------
+
+
+class AppendAfterLastUser(Model):
+    """Insert a prompt-only message right after the current user message."""
+
+    type: Literal["prompt.append_after_last_user"] = "prompt.append_after_last_user"
+    role: DomainRole = DomainRole.DEVELOPER
+    """Domain role of the message."""
+    content: str
+    """Message text."""
+    source: str | None = None
+    """Where it came from, e.g. ``art.augmentation_notes``."""
+
+
+class SystemUpdate(Model):
+    """Prepend to, append to, or replace the system prompt."""
+
+    type: Literal["prompt.system_update"] = "prompt.system_update"
+    mode: Literal["prepend", "append", "replace"]
+    """``prepend``: payload + system; ``append``: system + payload; ``replace``: payload."""
+    content: str
+    """The payload."""
+    source: str | None = None
+    """Where it came from."""
+
+
+class InsertAtDepth(Model):
+    """Insert a prompt-only message at a depth counted in history messages from the end."""
+
+    type: Literal["prompt.insert_at_depth"] = "prompt.insert_at_depth"
+    depth_from_end: int = Field(le=0)
+    """0 = tail; -N = before the N-th history message from the end (beyond the history: top)."""
+    role: DomainRole = DomainRole.DEVELOPER
+    """Domain role of the message."""
+    content: str
+    """Message text."""
+    source: str | None = None
+    """Where it came from."""
+
+
+PromptEffect: TypeAlias = Annotated[
+    AppendAfterLastUser | SystemUpdate | InsertAtDepth, Field(discriminator="type")
+]
+PromptEffectAdapter: TypeAdapter[PromptEffect] = TypeAdapter(PromptEffect)
+
+# --- turn canonicalization effects -------------------------------------------------------------
+
+
+class UserVariant(Model):
+    """Add a variant of the current user message (and select it)."""
+
+    type: Literal["turn.user_variant"] = "turn.user_variant"
+    content: str
+    """The new prompt text of the user message."""
+    select: bool = True
+    """Make it the selected variant."""
+
+
+class AssistantVariant(Model):
+    """Add a variant of the current assistant message (after_main_llm only)."""
+
+    type: Literal["turn.assistant_variant"] = "turn.assistant_variant"
+    content: str
+    """The new prompt text of the assistant message."""
+    select: bool = True
+    """Make it the selected variant."""
+
+
+class AssistantBlocks(Model):
+    """Set the UI blocks of the selected assistant variant (after_main_llm only)."""
+
+    type: Literal["turn.assistant_blocks"] = "turn.assistant_blocks"
+    blocks: tuple[JsonObject, ...]
+    """Structured UI blocks."""
+
+
+class AssistantMeta(Model):
+    """Merge keys into the meta of the selected assistant variant (after_main_llm only)."""
+
+    type: Literal["turn.assistant_meta"] = "turn.assistant_meta"
+    meta: JsonObject
+    """Keys to set."""
+
+
+TurnEffect: TypeAlias = Annotated[
+    UserVariant | AssistantVariant | AssistantBlocks | AssistantMeta,
+    Field(discriminator="type"),
+]
+TurnEffectAdapter: TypeAdapter[TurnEffect] = TypeAdapter(TurnEffect)
+
+ASSISTANT_SIDE_EFFECTS = ("turn.assistant_variant", "turn.assistant_blocks", "turn.assistant_meta")
+
+
+class OperationEffects(Model):
+    """Everything an operation asks to change, by layer."""
+
+    prompt: tuple[PromptEffect, ...] = ()
+    """Prompt-time effects (before_main_llm only)."""
+    turn: tuple[TurnEffect, ...] = ()
+    """Current-turn canonicalization effects."""
+    artifact: ArtifactWrite | None = None
+    """At most one artifact write."""
+
+    @property
+    def is_empty(self) -> bool:
+        """True when there is nothing to commit."""
+        return not self.prompt and not self.turn and self.artifact is None
+
+
+class OperationError(Model):
+    """A stable, bounded error of an operation run."""
+
+    code: str
+    """Stable code: ``timeout``, ``policy_error``, ``artifact_conflict``…"""
+    message: str
+    """Safe, human-readable message."""
+    details: JsonObject | None = None
+    """Bounded, redacted context."""
+
+
+class OperationResult(Model):
+    """What an operation returns to the runner."""
+
+    status: Literal[
+        OperationStatus.DONE,
+        OperationStatus.SKIPPED,
+        OperationStatus.ERROR,
+        OperationStatus.ABORTED,
+    ] = OperationStatus.DONE
+    """Terminal status; only ``done`` commits effects."""
+    effects: OperationEffects = Field(default_factory=OperationEffects)
+    """What to commit if ``done``."""
+    skipped_reason: SkippedReason | None = None
+    """Why it skipped, when ``skipped``; the runner records ``condition_false`` when None."""
+    error: OperationError | None = None
+    """The error, when ``error``."""
+    outputs_summary: JsonObject = Field(default_factory=dict)
+    """Bounded summary of what it produced (merged into the OperationRun)."""
+    inputs_summary: JsonObject = Field(default_factory=dict)
+    """Bounded summary of what it used."""
+    debug: JsonObject | None = None
+    """Bounded, safe debug data."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> OperationResult:
+        if self.status == OperationStatus.ERROR and self.error is None:
+            raise ValueError("status 'error' needs an error")
+        return self
+
+    @classmethod
+    def done(
+        cls,
+        *,
+        prompt: tuple[PromptEffect, ...] | list[PromptEffect] = (),
+        turn: tuple[TurnEffect, ...] | list[TurnEffect] = (),
+        artifact: ArtifactWrite | None = None,
+        outputs_summary: JsonObject | None = None,
+    ) -> OperationResult:
+        """Build a ``done`` result with the given effects."""
+        return cls(
+            status=OperationStatus.DONE,
+            effects=OperationEffects(prompt=tuple(prompt), turn=tuple(turn), artifact=artifact),
+            outputs_summary=outputs_summary or {},
+        )
+
+    @classmethod
+    def skipped(cls, reason: SkippedReason = SkippedReason.CONDITION_FALSE) -> OperationResult:
+        """Build a ``skipped`` result (no effects)."""
+        return cls(status=OperationStatus.SKIPPED, skipped_reason=reason)
+
+    @classmethod
+    def failed(
+        cls, code: str, message: str, details: dict[str, Any] | None = None
+    ) -> OperationResult:
+        """Build an ``error`` result with a stable code (no effects)."""
+        return cls(
+            status=OperationStatus.ERROR,
+            error=OperationError(code=code, message=message, details=details),
+        )

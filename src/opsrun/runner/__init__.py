@@ -1,0 +1,1 @@
+"""The run engine: orchestrates operations around the main LLM call."""
