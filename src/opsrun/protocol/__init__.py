@@ -1,19 +1,57 @@
-"""The LLM edit-plan protocol (v1 and v2): parse, validate, patch, apply."""
+"""The LLM edit-plan protocol (v1 and v2): parse, validate, patch, apply.
+
+Parse an LLM answer with :func:`parse_plan`, check it with :func:`validate_plan`
+(every rule, all violations at once), and apply it in :func:`canonical_order`.
+Schemas ship as package data; :func:`load_schema` returns the canonical schema
+or the variant derived for providers with strict structured outputs.
+"""
 
 from __future__ import annotations
 
+from ._content import looks_like_unified_diff as looks_like_unified_diff
+from ._limits import PathPolicy as PathPolicy
+from ._limits import PlanLimits as PlanLimits
+from ._limits import Violation as Violation
+from ._memory import MEMORY_PATCH_KEYS as MEMORY_PATCH_KEYS
+from ._memory import ProjectPrefs as ProjectPrefs
+from ._memory import UserPrefs as UserPrefs
+from ._memory import apply_memory_patch as apply_memory_patch
+from ._memory import check_memory_patch as check_memory_patch
+from ._parse import normalize_eol as normalize_eol
+from ._parse import parse_plan as parse_plan
+from ._parse import plan_from_json as plan_from_json
 from ._plan import Action as Action
 from ._plan import ActionKind as ActionKind
 from ._plan import ContextRequest as ContextRequest
 from ._plan import ContextRequestType as ContextRequestType
 from ._plan import Plan as Plan
 from ._plan import canonical_order as canonical_order
+from ._schemas import load_schema as load_schema
+from ._schemas import schema_hash as schema_hash
+from ._validate import NO_CHANGES_PREFIX as NO_CHANGES_PREFIX
+from ._validate import validate_plan as validate_plan
 
 __all__ = [
+    "MEMORY_PATCH_KEYS",
+    "NO_CHANGES_PREFIX",
     "Action",
     "ActionKind",
     "ContextRequest",
     "ContextRequestType",
+    "PathPolicy",
     "Plan",
+    "PlanLimits",
+    "ProjectPrefs",
+    "UserPrefs",
+    "Violation",
+    "apply_memory_patch",
     "canonical_order",
+    "check_memory_patch",
+    "load_schema",
+    "looks_like_unified_diff",
+    "normalize_eol",
+    "parse_plan",
+    "plan_from_json",
+    "schema_hash",
+    "validate_plan",
 ]

@@ -1,0 +1,88 @@
+"""Content rules: size, NUL, pseudo-binary text, elision placeholders, diff shape, hashes.
+
+Every check here is linear in the text and works on bytes where it can
+(``bytes.translate`` to count non-printable bytes, ``in`` for NUL), so a plan
+carrying megabytes of content validates in a small multiple of ``json.loads``.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = [
+    "added_lines",
+    "count_non_printable",
+    "elision_line",
+    "is_sha256_hex",
+    "looks_like_unified_diff",
+    "utf8",
+]
+
+# Bytes counted as printable: TAB, LF, CR, ASCII 0x20–0x7E and every byte ≥ 0x80
+# (UTF-8 sequences of non-ASCII characters). What is left are C0 controls and DEL.
+_PRINTABLE = bytes([9, 10, 13, *range(0x20, 0x7F), *range(0x80, 0x100)])
+_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
+_HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@", re.MULTILINE)
+
+_COMMENT = r"(?:#|//|/\*+|\*|<!--|--|;|%|\{/\*)"
+_DOTS = r"(?:\.{3}|…)"
+_WHAT = (
+    r"(?:code|file|class|function|module|implementation|methods?|functions?"
+    r"|content|logic|imports?|tests?|component|body)"
+)
+_ELISION = re.compile(
+    # A comment (or a bare ellipsis) whose text says code was left out:
+    #   // ... existing code ...      # rest of file unchanged
+    #   <!-- ...remaining content --> /* previous implementation unchanged */
+    rf"^[ \t]*(?:{_COMMENT}[ \t]*{_DOTS}?|{_DOTS})[ \t]*(?:"
+    rf"{_DOTS}?[ \t]*(?:existing|remaining|previous|unchanged|original|same|other)[ \t]+{_WHAT}\b"
+    rf"|(?:the[ \t]+)?(?:rest|remainder)[ \t]+of[ \t]+(?:the[ \t]+)?{_WHAT}\b"
+    rf"|{_WHAT}[ \t]+(?:unchanged|omitted|elided|truncated|remains?[ \t]+(?:the[ \t]+)?same)\b"
+    rf"|(?:omitted|truncated)[ \t]+for[ \t]+brevity\b"
+    rf"|(?:everything|all)[ \t]+else[ \t]+(?:unchanged|stays|remains)\b"
+    rf"|unchanged[ \t]*{_DOTS}"
+    r")",
+    re.IGNORECASE | re.MULTILINE,
+)
+
+
+def utf8(text: str) -> bytes:
+    """Return the UTF-8 bytes of ``text`` (lone surrogates pass through instead of raising)."""
+    return text.encode("utf-8", "surrogatepass")
+
+
+def count_non_printable(data: bytes) -> int:
+    """Return how many bytes of ``data`` are C0 controls (except TAB, LF, CR) or DEL."""
+    return len(data.translate(None, _PRINTABLE))
+
+
+def elision_line(text: str) -> str | None:
+    """Return the first line of ``text`` that elides code with a placeholder, or ``None``.
+
+    Placeholders are comments (or bare ellipses) such as ``// ... existing code ...``
+    or ``# rest of file unchanged``; ordinary code and a bare ``...`` are not.
+    """
+    match = _ELISION.search(text)
+    if match is None:
+        return None
+    end = text.find("\n", match.start())
+    return text[match.start() : end if end != -1 else len(text)].strip()
+
+
+def added_lines(patch: str) -> str:
+    """Return the ``+`` lines of a unified diff, without the ``+``, one per line."""
+    return "\n".join(
+        line[1:]
+        for line in patch.splitlines()
+        if line.startswith("+") and not line.startswith("+++")
+    )
+
+
+def looks_like_unified_diff(patch: str) -> bool:
+    """Whether ``patch`` has at least one ``@@ -a,b +c,d @@`` hunk header (syntax only)."""
+    return _HUNK.search(patch) is not None
+
+
+def is_sha256_hex(value: str) -> bool:
+    """Whether ``value`` is exactly 64 hexadecimal digits (either case)."""
+    return _SHA256.fullmatch(value) is not None

@@ -1,0 +1,196 @@
+"""Lexical path rules: a plan's paths must be safe on every OS, checked anywhere.
+
+The rules are applied to the path as written and again to its NFKC form, so
+look-alikes that some file systems or tools fold (fullwidth ``．．``, ``／``,
+``‥``, superscript digits in ``COM¹``) cannot smuggle a traversal, a separator
+or a reserved name past the check. Backslashes are separators everywhere.
+
+One trailing ``/`` is tolerated (``src/`` names the directory ``src``); empty
+segments elsewhere are refused.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import unicodedata
+from functools import lru_cache
+
+from ._limits import PathPolicy, PlanLimits
+
+__all__ = ["collision_key", "path_codes", "path_segments", "protected_match"]
+
+_DRIVE = re.compile(r"^[A-Za-z]:")
+_WINDOWS_RESERVED = frozenset(
+    {"CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$"}
+    | {f"COM{i}" for i in range(1, 10)}
+    | {f"LPT{i}" for i in range(1, 10)}
+)
+_NOT_PORTABLE_CHARS = frozenset('<>:"|?*')
+# Windows 8.3 short names that resolve to .git (GIT~1) are refused like .git itself.
+_SHORT_GIT = re.compile(r"^git~\d+$", re.IGNORECASE)
+_BAD_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+_SEPARATORS = ("/", "\\")
+
+
+def _split(path: str) -> list[str]:
+    segments = path.replace("\\", "/").split("/")
+    if len(segments) > 1 and segments[-1] == "":
+        segments.pop()  # one trailing separator names the same directory
+    return segments
+
+
+def path_segments(path: str) -> list[str]:
+    """Return a relative path's segments (``\\`` separates too; a trailing ``/`` is dropped)."""
+    return _split(path)
+
+
+def _has_bad_char(path: str) -> bool:
+    if path.isascii():
+        return any(c < " " or c == "\x7f" for c in path)
+    return any(unicodedata.category(c) in _BAD_CATEGORIES for c in path)
+
+
+def _segment_not_portable(segment: str) -> str | None:
+    if segment.endswith((".", " ")):
+        return f"segment {segment!r} ends with a dot or space (dropped on Windows)"
+    bad = _NOT_PORTABLE_CHARS.intersection(segment)
+    if bad:
+        return f"segment {segment!r} contains {''.join(sorted(bad))!r} (not allowed on Windows)"
+    stem = segment.split(".", 1)[0].rstrip(" ").upper()
+    if stem in _WINDOWS_RESERVED:
+        return f"segment {segment!r} is a reserved device name on Windows"
+    return None
+
+
+def _lexical(path: str, limits: PlanLimits, reserved_dirs: tuple[str, ...]) -> dict[str, str]:
+    """Return ``{code: message}`` for the structural rules (no NFKC step)."""
+    found: dict[str, str] = {}
+    if path == "":
+        found["ERR_PATH_EMPTY"] = "path is empty"
+        return found
+    if len(path) > limits.max_path_len:
+        found["ERR_PATH_TOO_LONG"] = (
+            f"path has {len(path)} characters; the limit is {limits.max_path_len}"
+        )
+    if _has_bad_char(path):
+        found["ERR_PATH_INVALID_CHAR"] = "path contains NUL, control or invisible characters"
+    unified = path.replace("\\", "/")
+    if unified.startswith("//") and len(unified) > 2 and unified[2] != "/":
+        found["ERR_PATH_UNC"] = "path is a UNC or device path (//server/share, \\\\server)"
+    elif unified.startswith("/"):
+        found["ERR_PATH_ABSOLUTE"] = "path is absolute"
+    if _DRIVE.match(unified):
+        found["ERR_PATH_DRIVE"] = "path starts with a Windows drive (C: or C:\\)"
+    segments = _split(path)
+    if segments[0].startswith("~"):
+        found["ERR_PATH_HOME"] = "path starts with ~ (home directory)"
+    start = 1 if unified.startswith("/") else 0
+    reserved = {d.casefold() for d in reserved_dirs}
+    for index, segment in enumerate(segments[start:], start):
+        if segment == "":
+            if not (index <= 2 and "ERR_PATH_UNC" in found):
+                found.setdefault("ERR_PATH_EMPTY_SEGMENT", "path has an empty segment (//)")
+            continue
+        if segment == "..":
+            found.setdefault("ERR_PATH_TRAVERSAL", "path has a '..' segment")
+            continue
+        if segment == ".":
+            found.setdefault("ERR_PATH_DOT_SEGMENT", "path has a '.' segment")
+            continue
+        folded = segment.casefold()
+        if folded in reserved or _SHORT_GIT.match(segment):
+            found.setdefault("ERR_FORBIDDEN_PATH", f"segment {segment!r} is reserved")
+        if index == 0 and "ERR_PATH_DRIVE" in found:
+            continue  # "C:" already reported as a drive
+        problem = _segment_not_portable(segment)
+        if problem is not None:
+            found.setdefault("ERR_PATH_NOT_PORTABLE", problem)
+    return found
+
+
+def path_codes(path: str, limits: PlanLimits, policy: PathPolicy) -> dict[str, str]:
+    """Return ``{code: message}`` for every lexical rule ``path`` breaks (empty when safe).
+
+    Covers ERR_PATH_* codes, ERR_FORBIDDEN_PATH for reserved directories
+    (``.git``, ``.opsrun``) and, when the policy's whitelist is on, for names
+    outside it. Protected paths depend on the action and are checked elsewhere.
+    Never raises.
+    """
+    found = _lexical(path, limits, policy.reserved_dirs)
+    if "ERR_PATH_EMPTY" in found:
+        return found
+    folded = unicodedata.normalize("NFKC", path)
+    if folded != path:
+        for code, message in _lexical(folded, limits, policy.reserved_dirs).items():
+            found.setdefault(code, f"{message} (after Unicode NFKC normalisation)")
+        if sum(folded.count(s) for s in _SEPARATORS) != sum(path.count(s) for s in _SEPARATORS):
+            found.setdefault(
+                "ERR_PATH_NOT_PORTABLE", "path contains characters that normalise to separators"
+            )
+    if policy.use_whitelist and not found:
+        problem = _whitelist_problem(folded, policy)
+        if problem is not None:
+            found["ERR_FORBIDDEN_PATH"] = problem
+    return found
+
+
+def _whitelist_problem(path: str, policy: PathPolicy) -> str | None:
+    segments = [s.casefold() for s in _split(path)]
+    for pattern in policy.whitelist_forbidden:
+        if any(_glob(pattern).match(s) for s in segments):
+            return f"path matches the forbidden pattern {pattern!r}"
+    return None
+
+
+def whitelist_file_problem(path: str, policy: PathPolicy) -> str | None:
+    """Return why a file path written by a plan is outside the whitelist, or ``None``."""
+    if not policy.use_whitelist:
+        return None
+    name = _split(unicodedata.normalize("NFKC", path))[-1].casefold()
+    if name in {n.casefold() for n in policy.allowed_no_extension}:
+        return None
+    if any(name.endswith(ext.casefold()) for ext in policy.allowed_extensions):
+        return None
+    return f"file name {name!r} has no whitelisted extension"
+
+
+@lru_cache(maxsize=256)
+def _glob(pattern: str) -> re.Pattern[str]:
+    return re.compile(fnmatch.translate(pattern.casefold()))
+
+
+def protected_match(path: str, patterns: tuple[str, ...], *, is_dir: bool = False) -> str | None:
+    """Return the protected pattern ``path`` matches, or ``None``.
+
+    Matching is case-insensitive, on the NFKC form, at any depth: plain globs
+    (``.env``, ``*.pem``, ``id_rsa*``) match any segment; ``**/name/**`` matches
+    anything under a directory called ``name`` (and, for a directory path, the
+    directory itself). Never raises.
+    """
+    segments = [s.casefold() for s in _split(unicodedata.normalize("NFKC", path)) if s]
+    if not segments:
+        return None
+    for pattern in patterns:
+        core = pattern.strip("/")
+        if core.startswith("**/") and core.endswith("/**"):
+            name = _glob(core[3:-3])
+            parents = segments if is_dir else segments[:-1]
+            if any(name.match(s) for s in parents):
+                return pattern
+        elif "/" not in core:
+            matcher = _glob(core)
+            if any(matcher.match(s) for s in segments):
+                return pattern
+        elif _glob(core).match("/".join(segments)):
+            return pattern
+    return None
+
+
+def collision_key(path: str) -> str:
+    """Return the key under which two paths name the same file on some OS.
+
+    NFC normalisation and case folding, with ``\\`` as ``/`` and no trailing ``/``.
+    """
+    unified = "/".join(_split(path))
+    return unicodedata.normalize("NFC", unified).casefold()

@@ -1,0 +1,398 @@
+"""validate_plan: every protocol rule, all violations reported at once."""
+
+from __future__ import annotations
+
+import os
+import unicodedata
+from collections.abc import Callable, Collection
+from typing import Literal
+
+from ._content import (
+    added_lines,
+    count_non_printable,
+    elision_line,
+    is_sha256_hex,
+    looks_like_unified_diff,
+    utf8,
+)
+from ._fscheck import check_action_on_disk
+from ._limits import PathPolicy, PlanLimits, Violation
+from ._memory import check_memory_patch
+from ._paths import (
+    collision_key,
+    path_codes,
+    path_segments,
+    protected_match,
+    whitelist_file_problem,
+)
+from ._plan import (
+    CONTENT_KINDS,
+    EDIT_KINDS,
+    V2_ONLY_KINDS,
+    Action,
+    ActionKind,
+    ContextRequestType,
+    Plan,
+)
+
+__all__ = ["NO_CHANGES_PREFIX", "validate_plan"]
+
+#: An APPLY answer without actions must have a summary starting with this.
+NO_CHANGES_PREFIX = "NO_CHANGES:"
+
+Mode = Literal["plan", "apply"]
+_Add = Callable[[str, str], None]
+_DEFAULT_LIMITS = PlanLimits()
+_DEFAULT_POLICY = PathPolicy()
+
+_K = ActionKind
+# Optional fields each kind may carry (v2). v1 actions carry content only.
+_ALLOWED_FIELDS: dict[ActionKind, frozenset[str]] = {
+    _K.CREATE_FILE: frozenset({"content"}),
+    _K.UPDATE_FILE: frozenset({"content", "base_sha256"}),
+    _K.PATCH_FILE: frozenset({"patch", "base_sha256"}),
+    _K.REPLACE_RANGE: frozenset({"content", "base_sha256", "start_line", "end_line"}),
+    _K.CREATE_DIR: frozenset(),
+    _K.DELETE_FILE: frozenset(),
+    _K.DELETE_DIR: frozenset(),
+}
+_OPTIONAL_FIELDS = ("content", "patch", "base_sha256", "start_line", "end_line")
+_DELETE_KINDS = frozenset({_K.DELETE_FILE, _K.DELETE_DIR})
+_DIR_KINDS = frozenset({_K.CREATE_DIR, _K.DELETE_DIR})
+_IDEMPOTENT = frozenset({_K.CREATE_DIR, _K.DELETE_DIR, _K.DELETE_FILE})
+_UNSAFE_GLOB_CODES = frozenset(
+    {"ERR_PATH_ABSOLUTE", "ERR_PATH_UNC", "ERR_PATH_DRIVE", "ERR_PATH_HOME", "ERR_PATH_TRAVERSAL"}
+)
+
+
+def _read_key(path: str) -> str:
+    return "/".join(s for s in path_segments(unicodedata.normalize("NFC", path)) if s != ".")
+
+
+def validate_plan(
+    plan: Plan,
+    mode: Mode = "apply",
+    root: str | os.PathLike[str] | None = None,
+    read_paths: Collection[str] | None = None,
+    limits: PlanLimits | None = None,
+    policy: PathPolicy | None = None,
+) -> list[Violation]:
+    """Check a parsed plan against every protocol rule and return all violations.
+
+    Args:
+        plan: The plan to check.
+        mode: ``"plan"`` (no actions allowed, a summary required) or ``"apply"``.
+        root: Project directory; when given, rules that look at files run too
+            (CREATE over an existing file, v2 UPDATE_FILE on an existing file,
+            base hashes, missing targets, symlinks leaving the root).
+        read_paths: Files read during PLAN. ``None`` means unknown and skips the
+            UPDATE-without-base rule; an empty collection means nothing was read.
+        limits: Size limits (defaults: :class:`PlanLimits`).
+        policy: Path policy (defaults: :class:`PathPolicy`).
+
+    Returns:
+        Violations in plan order (plan-level first). Warnings do not block; see
+        :attr:`Violation.blocking`. An empty list means the plan may be applied.
+        Never raises: an unexpected internal failure is reported as
+        ``ERR_VALIDATION_INTERNAL``.
+    """
+    try:
+        return _Run(
+            plan,
+            mode,
+            None if root is None else os.fspath(root),
+            read_paths,
+            limits or _DEFAULT_LIMITS,
+            policy or _DEFAULT_POLICY,
+        ).run()
+    except Exception as exc:  # the documented contract is "never raises"
+        return [Violation(code="ERR_VALIDATION_INTERNAL", message=f"validation failed: {exc!r}")]
+
+
+class _Run:
+    def __init__(
+        self,
+        plan: Plan,
+        mode: str,
+        root: str | None,
+        read_paths: Collection[str] | None,
+        limits: PlanLimits,
+        policy: PathPolicy,
+    ) -> None:
+        self.plan = plan
+        self.mode = mode
+        self.root = root
+        self.read = None if read_paths is None else {_read_key(p) for p in read_paths}
+        self.limits = limits
+        self.policy = policy
+        self.out: list[Violation] = []
+
+    def add(
+        self,
+        code: str,
+        message: str,
+        *,
+        path: str | None = None,
+        index: int | None = None,
+        context_index: int | None = None,
+    ) -> None:
+        self.out.append(
+            Violation(
+                code=code,
+                message=message,
+                path=path,
+                action_index=index,
+                context_index=context_index,
+            )
+        )
+
+    def run(self) -> list[Violation]:
+        self._plan_level()
+        total = 0
+        lexically_ok: list[bool] = []
+        for index, action in enumerate(self.plan.actions):
+            ok, size = self._action(index, action)
+            lexically_ok.append(ok)
+            total += size
+        if total > self.limits.max_total_content_bytes:
+            self.add(
+                "ERR_CONTENT_TOO_LARGE",
+                f"content and patches total {total} bytes; the limit is "
+                f"{self.limits.max_total_content_bytes}",
+            )
+        self._conflicts(lexically_ok)
+        if self.root is not None:
+            for index, action in enumerate(self.plan.actions):
+                if lexically_ok[index]:
+                    self.out.extend(
+                        check_action_on_disk(
+                            index,
+                            action,
+                            version=self.plan.version,
+                            root=self.root,
+                            policy=self.policy,
+                        )
+                    )
+        self._context_requests()
+        _, memory = check_memory_patch(
+            self.plan.memory_patch, block_unknown=self.policy.block_unknown_memory_keys
+        )
+        self.out.extend(memory)
+        return self.out
+
+    def _plan_level(self) -> None:
+        plan = self.plan
+        if self.mode not in ("plan", "apply"):
+            self.add("ERR_MODE_INVALID", f"mode must be 'plan' or 'apply', not {self.mode!r}")
+        if len(plan.actions) > self.limits.max_actions:
+            self.add(
+                "ERR_TOO_MANY_ACTIONS",
+                f"plan has {len(plan.actions)} actions; the limit is {self.limits.max_actions}",
+            )
+        if self.mode == "plan":
+            if plan.actions:
+                self.add("ERR_PLAN_HAS_ACTIONS", "a PLAN answer must have no actions")
+            if not (plan.summary or "").strip():
+                self.add("ERR_PLAN_SUMMARY_REQUIRED", "a PLAN answer needs a summary")
+        elif (
+            self.mode == "apply"
+            and not plan.actions
+            and not (plan.summary or "").startswith(NO_CHANGES_PREFIX)
+        ):
+            self.add(
+                "ERR_NO_CHANGES_MARKER",
+                f"an APPLY answer without actions needs a summary starting {NO_CHANGES_PREFIX!r}",
+            )
+
+    def _action(self, index: int, action: Action) -> tuple[bool, int]:
+        """Check one action's own rules; return (path is lexically safe, payload bytes)."""
+        path = action.path
+        kind = action.kind
+
+        def add(code: str, message: str) -> None:
+            self.add(code, message, path=path, index=index)
+
+        codes = path_codes(path, self.limits, self.policy)
+        for code, message in codes.items():
+            add(code, message)
+        if self.plan.version == 1 and kind in V2_ONLY_KINDS:
+            add("ERR_KIND_NOT_IN_VERSION", f"{kind.value} needs protocol v2")
+        allowed = _ALLOWED_FIELDS[kind] if self.plan.version == 2 else frozenset({"content"})
+        for name in _OPTIONAL_FIELDS:
+            if getattr(action, name) is not None and name not in allowed:
+                if self.plan.version == 1 and name == "content":
+                    continue
+                add("ERR_FIELD_NOT_ALLOWED", f"{kind.value} must not carry {name}")
+        self._required_fields(action, add)
+        size = self._payload(action, add)
+        if kind in EDIT_KINDS or kind in _DELETE_KINDS:
+            pattern = protected_match(path, self.policy.protected, is_dir=kind is _K.DELETE_DIR)
+            if pattern is not None:
+                add("ERR_PROTECTED_PATH", f"{kind.value} of a protected path ({pattern})")
+        if kind not in _DIR_KINDS and kind not in _DELETE_KINDS and not codes:
+            problem = whitelist_file_problem(path, self.policy)
+            if problem is not None:
+                add("ERR_FORBIDDEN_PATH", problem)
+        if (
+            self.mode == "apply"
+            and self.read is not None
+            and kind in EDIT_KINDS
+            and not codes
+            and _read_key(path) not in self.read
+        ):
+            add("ERR_UPDATE_WITHOUT_BASE", f"{kind.value} of a file that was not read in PLAN")
+        return not codes, size
+
+    def _required_fields(self, action: Action, add: _Add) -> None:
+        kind = action.kind
+        if kind in CONTENT_KINDS and action.content is None:
+            add("ERR_CONTENT_REQUIRED", f"{kind.value} needs content")
+        if kind is _K.PATCH_FILE:
+            if action.patch is None:
+                add("ERR_CONTENT_REQUIRED", "PATCH_FILE needs patch")
+            elif not looks_like_unified_diff(action.patch):
+                add("ERR_PATCH_NOT_UNIFIED", "patch has no '@@ -a,b +c,d @@' hunk header")
+        if action.base_sha256 is not None and not is_sha256_hex(action.base_sha256):
+            add("ERR_BASE_SHA256_INVALID", "base_sha256 must be 64 hexadecimal digits")
+        if (
+            self.plan.version == 2
+            and kind in (_K.PATCH_FILE, _K.REPLACE_RANGE)
+            and action.base_sha256 is None
+        ):
+            add("ERR_BASE_SHA256_REQUIRED", f"{kind.value} needs base_sha256")
+        if kind is _K.REPLACE_RANGE:
+            start, end = action.start_line, action.end_line
+            if start is None or end is None:
+                add("ERR_RANGE_INVALID", "REPLACE_RANGE needs start_line and end_line")
+            elif start < 1 or end < start:
+                add("ERR_RANGE_INVALID", f"line range {start}..{end} is not 1 <= start <= end")
+
+    def _payload(self, action: Action, add: _Add) -> int:
+        """Check content / patch text; return its UTF-8 size."""
+        text = action.patch if action.kind is _K.PATCH_FILE else action.content
+        if text is None or action.kind not in CONTENT_KINDS | {_K.PATCH_FILE}:
+            return 0
+        data = utf8(text)
+        size = len(data)
+        if size > self.limits.max_file_bytes:
+            add(
+                "ERR_FILE_TOO_LARGE",
+                f"{size} bytes in one action; the limit is {self.limits.max_file_bytes}",
+            )
+        if b"\0" in data:
+            add("ERR_CONTENT_NUL", "content contains a NUL byte")
+        elif size and count_non_printable(data) > size * self.limits.pseudo_binary_ratio:
+            add("ERR_PSEUDO_BINARY", "content looks binary (too many control characters)")
+        check_elision = self.policy.check_elided_content and (
+            action.kind in EDIT_KINDS
+            or (action.kind is _K.CREATE_FILE and self.policy.check_elided_in_creates)
+        )
+        if check_elision:
+            scanned = added_lines(text) if action.kind is _K.PATCH_FILE else text
+            line = elision_line(scanned)
+            if line is not None:
+                add("ERR_ELIDED_CONTENT", f"new text elides code with a placeholder: {line[:80]!r}")
+        return size
+
+    def _conflicts(self, lexically_ok: list[bool]) -> None:
+        seen: dict[str, tuple[int, Action, str]] = {}
+        files: dict[str, int] = {}
+        deleted_dirs: dict[str, int] = {}
+        actions = self.plan.actions
+        for index, action in enumerate(actions):
+            if not lexically_ok[index]:
+                continue
+            key = collision_key(action.path)
+            spelled = unicodedata.normalize("NFC", "/".join(path_segments(action.path)))
+            if key in seen:
+                first, other, other_spelled = seen[key]
+                if spelled != other_spelled:
+                    self.add(
+                        "ERR_PATH_COLLISION",
+                        f"path collides with action {first} ({other.path!r}) after Unicode "
+                        "normalisation and case folding",
+                        path=action.path,
+                        index=index,
+                    )
+                elif not (action.kind == other.kind and action.kind in _IDEMPOTENT):
+                    self.add(
+                        "ERR_ACTION_CONFLICT",
+                        f"{action.kind.value} conflicts with {other.kind.value} "
+                        f"(action {first}) on the same path",
+                        path=action.path,
+                        index=index,
+                    )
+                continue
+            seen[key] = (index, action, spelled)
+            if action.kind not in _DIR_KINDS:
+                files[key] = index
+            elif action.kind is _K.DELETE_DIR:
+                deleted_dirs[key] = index
+        for index, action in enumerate(actions):
+            if not lexically_ok[index]:
+                continue
+            parts = collision_key(action.path).split("/")
+            for depth in range(1, len(parts)):
+                parent = "/".join(parts[:depth])
+                if parent in files:
+                    self.add(
+                        "ERR_ACTION_CONFLICT",
+                        f"path is inside {actions[files[parent]].path!r}, which action "
+                        f"{files[parent]} treats as a file",
+                        path=action.path,
+                        index=index,
+                    )
+                    break
+                if parent in deleted_dirs and action.kind not in _DELETE_KINDS:
+                    self.add(
+                        "ERR_ACTION_CONFLICT",
+                        f"path is inside {actions[deleted_dirs[parent]].path!r}, which action "
+                        f"{deleted_dirs[parent]} deletes",
+                        path=action.path,
+                        index=index,
+                    )
+                    break
+
+    def _context_requests(self) -> None:
+        known = {t.value for t in ContextRequestType}
+        for j, request in enumerate(self.plan.context_requests):
+            problem: str | None = None
+            if request.type not in known:
+                problem = f"unknown context request type {request.type!r}"
+            elif request.type == ContextRequestType.READ_FILE:
+                problem = self._read_request_problem(request.path)
+            elif request.type == ContextRequestType.SEARCH:
+                if not (request.query or "").strip():
+                    problem = "search needs a query"
+                elif request.glob is not None and _UNSAFE_GLOB_CODES.intersection(
+                    path_codes(request.glob, self.limits, self.policy)
+                ):
+                    problem = "search glob leaves the project"
+            elif request.type == ContextRequestType.LOGS and not (request.source or "").strip():
+                problem = "logs needs a source"
+            start, end = request.start_line, request.end_line
+            if problem is None and (
+                (start is not None and start < 1)
+                or (end is not None and end < 1)
+                or (start is not None and end is not None and end < start)
+            ):
+                problem = f"line range {start}..{end} is not 1 <= start <= end"
+            if problem is None and request.last_n is not None and request.last_n < 1:
+                problem = "last_n must be at least 1"
+            if problem is not None:
+                self.add(
+                    "ERR_CONTEXT_REQUEST_INVALID",
+                    problem,
+                    path=request.path,
+                    context_index=j,
+                )
+
+    def _read_request_problem(self, path: str | None) -> str | None:
+        if path is None:
+            return "read_file needs a path"
+        codes = path_codes(path, self.limits, self.policy)
+        if codes:
+            return f"read_file path is unsafe ({', '.join(codes)})"
+        if protected_match(path, self.policy.protected) is not None:
+            return "read_file of a protected path"
+        return None
