@@ -1,0 +1,143 @@
+"""The ``opsrun`` command line.
+
+``opsrun plan check FILE`` parses and validates an LLM plan answer. Exit codes:
+0 when the plan is valid (warnings allowed), 1 when it has violations or does
+not parse, 2 for usage errors (bad arguments, unreadable file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, TextIO
+
+from opsrun.errors import PlanError
+from opsrun.protocol import Violation, parse_plan, validate_plan
+
+__all__ = ["build_parser", "main"]
+
+EXIT_OK = 0
+EXIT_INVALID = 1
+EXIT_USAGE = 2
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser that reports usage errors instead of exiting the process."""
+
+    def error(self, message: str) -> Any:  # argparse's signature is NoReturn
+        raise _UsageError(f"{self.prog}: error: {message}")
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, Any]:
+    """Return the top-level parser and the ``plan`` sub-command group.
+
+    The second value is the ``_SubParsersAction`` of ``opsrun plan``, so more
+    ``plan`` sub-commands can be added to it.
+    """
+    parser = _Parser(prog="opsrun", description="opsrun command line tools.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands.required = True
+    plan = commands.add_parser("plan", help="Work with LLM edit plans.")
+    plan_commands = plan.add_subparsers(dest="plan_command", metavar="SUBCOMMAND")
+    plan_commands.required = True
+    check = plan_commands.add_parser(
+        "check", help="Parse and validate a plan answer.", description="Parse and validate."
+    )
+    check.add_argument("file", metavar="FILE", help="The LLM answer to check; '-' reads stdin.")
+    check.add_argument("--version", type=int, choices=(1, 2), default=2, help="Protocol version.")
+    check.add_argument("--mode", choices=("plan", "apply"), default="apply", help="PLAN or APPLY.")
+    check.add_argument(
+        "--strict", action="store_true", help="The whole file must be one JSON document."
+    )
+    check.add_argument("--root", metavar="DIR", help="Project directory for file-system rules.")
+    check.add_argument("--json", action="store_true", help="Print the result as JSON.")
+    check.set_defaults(handler=_plan_check)
+    return parser, plan_commands
+
+
+def _read_input(name: str, stdin: TextIO) -> str:
+    if name == "-":
+        return stdin.read()
+    try:
+        with open(name, encoding="utf-8", errors="surrogateescape") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise _UsageError(f"opsrun: cannot read {name}: {exc.strerror or exc}") from exc
+
+
+def _violation_line(v: Violation) -> str:
+    where = []
+    if v.action_index is not None:
+        where.append(f"action {v.action_index}")
+    if v.context_index is not None:
+        where.append(f"context request {v.context_index}")
+    if v.path is not None:
+        where.append(repr(v.path))
+    prefix = f"{v.severity}: {v.code}"
+    return f"{prefix} [{', '.join(where)}] {v.message}" if where else f"{prefix} {v.message}"
+
+
+def _plan_check(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+    text = _read_input(args.file, stdin)
+    result: dict[str, Any] = {
+        "file": args.file,
+        "version": args.version,
+        "mode": args.mode,
+        "error": None,
+        "violations": [],
+    }
+    try:
+        plan = parse_plan(text, version=args.version, strict=args.strict)
+    except PlanError as exc:
+        result["ok"] = False
+        result["error"] = exc.to_dict()
+        if args.json:
+            stdout.write(json.dumps(result, ensure_ascii=False, indent=2) + "\n")
+        else:
+            stdout.write(f"error: {exc.code} {exc.message}\n")
+        return EXIT_INVALID
+    violations = validate_plan(plan, mode=args.mode, root=args.root)
+    ok = not any(v.blocking for v in violations)
+    result["ok"] = ok
+    result["actions"] = len(plan.actions)
+    result["violations"] = [v.model_dump() for v in violations]
+    if args.json:
+        stdout.write(json.dumps(result, ensure_ascii=False, indent=2) + "\n")
+    else:
+        for v in violations:
+            stdout.write(_violation_line(v) + "\n")
+        status = "valid" if ok else "invalid"
+        stdout.write(f"{status}: {len(plan.actions)} actions, {len(violations)} findings\n")
+    return EXIT_OK if ok else EXIT_INVALID
+
+
+def main(
+    argv: list[str] | None = None,
+    *,
+    stdin: TextIO | None = None,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+) -> int:
+    """Run the ``opsrun`` command and return its exit code (0 ok, 1 invalid, 2 usage)."""
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    parser, _ = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        code: int = args.handler(args, stdin or sys.stdin, out)
+    except _UsageError as exc:
+        err.write(parser.format_usage() if "required" in str(exc) else "")
+        err.write(f"{exc}\n")
+        return EXIT_USAGE
+    except SystemExit as exc:  # --help and --version from argparse
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
