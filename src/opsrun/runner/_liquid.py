@@ -1,0 +1,744 @@
+"""Sandboxed Liquid rendering for ``template`` and ``llm`` operations (python-liquid 2).
+
+Templates see plain data (``art``, ``chatHistory``, ``run`` and any extra keys the
+caller passes) and cannot reach the file system unless the host hands in a loader.
+python-liquid 2 leaves loop iterations, output size and local namespace size
+unlimited by default, so every engine runs with :class:`TemplateLimits`: liquid's
+own limits where they exist, plus source length, total loop iterations, string,
+collection and integer sizes for filters, and a cooperative wall-clock budget
+checked on every variable lookup, filter call, loop iteration, block and write.
+
+Every failure, whatever its origin, leaves :meth:`TemplateEngine.render` as a
+:class:`~opsrun.errors.TemplateError` with code ``template_render_error``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, fields
+from decimal import Decimal
+from functools import wraps
+from io import StringIO
+from time import monotonic
+from typing import Any, NamedTuple, TextIO, cast
+
+from liquid import BoundTemplate, Environment, Mode, RenderContext, StrictUndefined, Undefined
+from liquid.ast import Node
+from liquid.builtin.filters.array import last as _liquid_last
+from liquid.builtin.tags.for_tag import ForLoop
+from liquid.exceptions import (
+    BlockNestingError,
+    ContextDepthError,
+    FilterArgumentError,
+    LiquidError,
+    LocalNamespaceLimitError,
+    LoopIterationLimitError,
+    OutputStreamLimitError,
+    ResourceLimitError,
+    TemplateNotFoundError,
+    UndefinedError,
+)
+from liquid.filter import int_arg, sequence_filter, with_environment
+from liquid.loader import BaseLoader
+from liquid.output import LimitedStringIO
+from liquid.parser import get_parser
+from liquid.stream import TokenStream
+from liquid.stringify import to_liquid_string
+from liquid.token import TOKEN_EXPRESSION, TOKEN_TAG, Token
+from liquid.undefined import UNDEFINED
+
+from opsrun.errors import ConfigError, TemplateError
+
+__all__ = ["TemplateCacheInfo", "TemplateEngine", "TemplateLimits"]
+
+
+@dataclass(frozen=True, slots=True)
+class TemplateLimits:
+    """Resource limits applied to every parse and render; all are on by default.
+
+    Attributes:
+        max_source_length: Characters of template source accepted (also for partials).
+        max_expression_length: Characters of one tag or output expression (of one line
+            inside ``{% liquid %}``).
+        block_nesting_limit: Depth of nested block tags accepted at parse time.
+        context_depth_limit: Depth of ``include``/``render`` nesting (recursion guard).
+        loop_iteration_limit: Iterations of one loop times those of its enclosing loops.
+        max_total_loop_iterations: Iterations summed over every loop in one render.
+        output_stream_limit: UTF-8 bytes of output, also bounding each ``capture``.
+        local_namespace_limit: Size of ``assign``/``capture`` variables, as liquid
+            measures it with ``sys.getsizeof``.
+        max_string_length: Characters of any string a filter takes or returns, and the
+            estimated size of text a filter builds from a collection.
+        max_collection_length: Items of any list or range a filter takes or returns.
+        max_integer_digits: Decimal digits of any integer a filter takes or returns.
+        timeout_seconds: Wall-clock budget of one parse and, separately, one render.
+    """
+
+    max_source_length: int = 65_536
+    max_expression_length: int = 4_096
+    block_nesting_limit: int = 30
+    context_depth_limit: int = 30
+    loop_iteration_limit: int = 50_000
+    max_total_loop_iterations: int = 200_000
+    output_stream_limit: int = 2_000_000
+    local_namespace_limit: int = 4_000_000
+    max_string_length: int = 1_000_000
+    max_collection_length: int = 50_000
+    max_integer_digits: int = 1_000
+    timeout_seconds: float = 0.5
+
+    def __post_init__(self) -> None:
+        """Reject non-positive limits.
+
+        Raises:
+            ConfigError: A limit is not a positive number.
+        """
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ConfigError(
+                    f"TemplateLimits.{field.name} must be a positive number, got {value!r}",
+                    details={"field": field.name},
+                )
+
+
+class TemplateCacheInfo(NamedTuple):
+    """Parse-cache statistics, shaped like ``functools.lru_cache``'s ``cache_info()``."""
+
+    hits: int
+    misses: int
+    maxsize: int
+    currsize: int
+
+
+# --- limit errors and the per-render budget ----------------------------------------
+
+
+class _RenderLimitError(ResourceLimitError):
+    """A limit opsrun adds on top of liquid's own was exceeded."""
+
+    def __init__(self, limit: str, message: str) -> None:
+        super().__init__(f"{message} (limit {limit})", token=None)
+        self.limit = limit
+
+
+class _FilterLimitError(FilterArgumentError):
+    """A filter limit was exceeded; liquid attaches the filter's token to this type."""
+
+    def __init__(self, limit: str, message: str) -> None:
+        super().__init__(f"{message} (limit {limit})", token=None)
+        self.limit = limit
+
+
+_LIQUID_LIMITS: dict[type[LiquidError], str] = {
+    LoopIterationLimitError: "loop_iteration_limit",
+    OutputStreamLimitError: "output_stream_limit",
+    LocalNamespaceLimitError: "local_namespace_limit",
+    ContextDepthError: "context_depth_limit",
+    BlockNestingError: "block_nesting_limit",
+}
+
+
+class _Budget:
+    """Mutable per-render state: the deadline, loop count and memoised data weights."""
+
+    __slots__ = ("deadline", "iterations", "limits", "weights")
+
+    def __init__(self, limits: TemplateLimits) -> None:
+        self.limits = limits
+        self.deadline = monotonic() + limits.timeout_seconds
+        self.iterations = 0
+        # id -> (object, weight); holding the object keeps its id from being reused.
+        self.weights: dict[int, tuple[object, int]] = {}
+
+
+# A context variable rather than an attribute: filters never see the render context.
+_ACTIVE: ContextVar[_Budget | None] = ContextVar("opsrun_liquid_budget", default=None)
+
+
+def _tick() -> None:
+    budget = _ACTIVE.get()
+    if budget is not None and monotonic() > budget.deadline:
+        raise _RenderLimitError(
+            "timeout_seconds", f"render took longer than {budget.limits.timeout_seconds}s"
+        )
+
+
+class _TickingIterator:
+    """Wraps a loop's iterator so each iteration checks the deadline."""
+
+    __slots__ = ("_inner",)
+
+    def __init__(self, inner: Iterator[Any]) -> None:
+        self._inner = inner
+
+    def __iter__(self) -> _TickingIterator:
+        return self
+
+    def __next__(self) -> Any:
+        _tick()
+        return next(self._inner)
+
+
+class _BudgetStringIO(LimitedStringIO):
+    """liquid's byte-limited buffer that also checks the deadline on each write."""
+
+    def write(self, s: str, /) -> int:
+        _tick()
+        return super().write(s)
+
+
+class _SandboxContext(RenderContext):
+    """Render context that checks the budget on lookups, filters, scopes and loops."""
+
+    __slots__ = ()
+
+    def get(
+        self, path: list[object], *, token: Token | None, default: object = UNDEFINED
+    ) -> object:
+        _tick()
+        return super().get(path, token=token, default=default)
+
+    def resolve(self, name: str, *, token: Token | None = None, default: object = UNDEFINED) -> Any:
+        _tick()
+        return super().resolve(name, token=token, default=default)
+
+    def filter(self, name: str, token: Token | None) -> Callable[..., object]:
+        _tick()
+        return super().filter(name, token)
+
+    @contextmanager
+    def extend(
+        self, namespace: Mapping[str, object], template: BoundTemplate | None = None
+    ) -> Iterator[RenderContext]:
+        _tick()
+        with super().extend(namespace, template) as context:
+            yield context
+
+    @contextmanager
+    def loop(self, namespace: Mapping[str, object], forloop: Any) -> Iterator[RenderContext]:
+        self.raise_for_loop_limit(int(forloop.length))  # liquid's own limit first
+        budget = _ACTIVE.get()
+        if budget is not None:
+            budget.iterations += int(forloop.length)
+            limit = budget.limits.max_total_loop_iterations
+            if budget.iterations > limit:
+                raise _RenderLimitError(
+                    "max_total_loop_iterations", f"more than {limit} loop iterations in one render"
+                )
+        if isinstance(forloop, ForLoop):
+            forloop.it = _TickingIterator(forloop.it)
+        with super().loop(namespace, forloop) as context:
+            yield context
+
+    def get_buffer(self, buf: TextIO | None = None) -> StringIO:
+        limit = self.env.output_stream_limit
+        assert limit is not None  # always set by _make_environment
+        carry = buf.size if isinstance(buf, LimitedStringIO) else 0
+        return _BudgetStringIO(limit=limit - carry)
+
+
+class _SandboxTemplate(BoundTemplate):
+    context_class = _SandboxContext
+
+    def _get_buffer(self) -> StringIO:
+        limit = self.env.output_stream_limit
+        assert limit is not None
+        return _BudgetStringIO(limit=limit)
+
+
+# --- data weight: an estimate of how much text a value becomes ----------------------
+
+_MAX_WEIGHT_DEPTH = 32
+
+
+def _weight(value: object, budget: _Budget | None, depth: int = 0) -> int:
+    """Estimate the characters ``value`` becomes when liquid turns it into text."""
+    if isinstance(value, str):
+        return len(value)
+    if value is None or isinstance(value, bool | float | Decimal):
+        return 8
+    if isinstance(value, int):
+        return value.bit_length() // 3 + 1
+    if isinstance(value, range):
+        try:
+            return len(value) * (len(str(value.stop)) + 1)
+        except OverflowError:
+            return 1 << 62
+    if depth >= _MAX_WEIGHT_DEPTH or isinstance(value, Undefined):
+        return 1
+    key = id(value)
+    if budget is not None and key in budget.weights:
+        return budget.weights[key][1]
+    if budget is not None:
+        budget.weights[key] = (value, 0)  # provisional entry: stops cycles
+    total = 0
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            total += _weight(k, budget, depth + 1) + _weight(v, budget, depth + 1) + 4
+    elif isinstance(value, list | tuple):
+        for item in value:
+            total += _weight(item, budget, depth + 1)
+    else:
+        total = 16
+    if budget is not None:
+        budget.weights[key] = (value, total)
+    return total
+
+
+# --- filter guards -----------------------------------------------------------------
+
+
+def _check_value(value: object, limits: TemplateLimits, role: str) -> None:
+    """Reject a filter input or result bigger than the limits allow."""
+    if isinstance(value, str):
+        if len(value) > limits.max_string_length:
+            raise _FilterLimitError(
+                "max_string_length",
+                f"{role} string of {len(value)} characters exceeds {limits.max_string_length}",
+            )
+    elif isinstance(value, bool):
+        return
+    elif isinstance(value, int):
+        if value.bit_length() > limits.max_integer_digits * 3.33:
+            raise _FilterLimitError(
+                "max_integer_digits", f"{role} integer exceeds {limits.max_integer_digits} digits"
+            )
+    elif isinstance(value, Decimal):
+        if value.is_finite() and value.adjusted() > limits.max_integer_digits:
+            raise _FilterLimitError(
+                "max_integer_digits", f"{role} number exceeds {limits.max_integer_digits} digits"
+            )
+    elif isinstance(value, list | tuple | range):
+        try:
+            size = len(value)
+        except OverflowError:  # a range longer than sys.maxsize
+            size = limits.max_collection_length + 1
+        if size > limits.max_collection_length:
+            raise _FilterLimitError(
+                "max_collection_length",
+                f"{role} collection of more than {limits.max_collection_length} items",
+            )
+
+
+def _check_text(estimate: int, limits: TemplateLimits, what: str) -> None:
+    if estimate > limits.max_string_length:
+        raise _FilterLimitError(
+            "max_string_length",
+            f"{what} would build about {estimate} characters, more than {limits.max_string_length}",
+        )
+
+
+def _joined_weight(items: object, separator: object, budget: _Budget | None) -> int:
+    count = len(items) if isinstance(items, Sequence) else 1
+    sep = separator if isinstance(separator, str) else str(separator)
+    return _weight(items, budget) + len(sep) * max(count - 1, 0)
+
+
+# Filters that turn a non-string left value or argument into text.
+_TEXT_FILTERS = frozenset(
+    {
+        "append", "base64_decode", "base64_encode", "base64_url_safe_decode",
+        "base64_url_safe_encode", "capitalize", "downcase", "escape", "escape_once", "lstrip",
+        "newline_to_br", "prepend", "remove", "remove_first", "remove_last", "replace",
+        "replace_first", "replace_last", "rstrip", "slice", "sort_natural", "split", "squish",
+        "strip", "strip_html", "strip_newlines", "truncate", "truncatewords", "upcase",
+        "url_decode", "url_encode", "date",
+    }
+)  # fmt: skip
+
+
+def _precheck(
+    name: str, left: object, args: tuple[Any, ...], limits: TemplateLimits, budget: _Budget | None
+) -> None:
+    """Refuse, before running it, a filter call whose result would exceed the limits."""
+    if name in _TEXT_FILTERS:
+        for value in (left, *args):
+            if not isinstance(value, str | int | float | Decimal) and value is not None:
+                _check_text(_weight(value, budget), limits, f"'{name}' on a collection")
+    text = left if isinstance(left, str) else None
+    if name in {"replace", "replace_first", "replace_last"} and text is not None and args:
+        seq, sub = str(args[0]), str(args[1]) if len(args) > 1 else ""
+        count = 1 if name != "replace" else (text.count(seq) if seq else len(text) + 1)
+        _check_text(len(text) + count * max(len(sub) - len(seq), 0), limits, f"'{name}'")
+    elif name == "split" and text is not None:
+        sep = args[0] if args else ""
+        parts = len(text) if not isinstance(sep, str) or not sep else text.count(sep) + 1
+        if sep == " ":
+            parts = len(text.split(None, limits.max_collection_length))
+        if parts > limits.max_collection_length:
+            raise _FilterLimitError(
+                "max_collection_length",
+                f"'split' would make {parts} items, more than {limits.max_collection_length}",
+            )
+    elif name == "join":
+        _check_text(_joined_weight(left, args[0] if args else " ", budget), limits, "'join'")
+    elif name == "transcript":
+        _check_text(_joined_weight(left, args[0] if args else "\n", budget), limits, "'transcript'")
+
+
+def _postcheck(
+    name: str,
+    left: object,
+    args: tuple[Any, ...],
+    result: object,
+    limits: TemplateLimits,
+    budget: _Budget | None,
+) -> None:
+    _check_value(result, limits, f"'{name}' result")
+    if name == "concat" and isinstance(result, list):
+        # concat is the one filter that makes a collection heavier than its inputs.
+        inputs = max(_weight(left, budget), _weight(args[0], budget) if args else 0)
+        if _weight(result, budget) > max(limits.max_string_length, inputs):
+            _check_text(_weight(result, budget), limits, "'concat'")
+
+
+def _guard(name: str, func: Callable[..., Any], limits: TemplateLimits) -> Callable[..., Any]:
+    """Wrap a filter with the deadline and size checks; keeps liquid's marker attributes."""
+
+    @wraps(func)
+    def guarded(left: object, *args: Any, **kwargs: Any) -> Any:
+        budget = _ACTIVE.get()
+        _tick()
+        _check_value(left, limits, f"'{name}' input")
+        for value in (*args, *kwargs.values()):
+            if not isinstance(value, RenderContext | Environment):
+                _check_value(value, limits, f"'{name}' argument")
+        _precheck(name, left, args, limits, budget)
+        result = func(left, *args, **kwargs)
+        _postcheck(name, left, args, result, limits, budget)
+        return result
+
+    return guarded
+
+
+# --- opsrun filters ----------------------------------------------------------------
+
+_NO_COUNT = object()
+
+
+@with_environment
+def _last(sequence: Any, count: object = _NO_COUNT, *, environment: Environment) -> object:
+    """``last`` keeps its standard meaning; ``last: n`` returns the last n items as a list."""
+    if count is _NO_COUNT:
+        return _liquid_last(sequence, environment=environment)
+    n = int_arg(count)
+    if n < 0:
+        raise FilterArgumentError(f"last: expected a count >= 0, found {n}", token=None)
+    if isinstance(sequence, list | tuple | range):
+        return list(sequence[-n:]) if n else []
+    if isinstance(sequence, Undefined) or sequence is None:
+        return []
+    return None
+
+
+def _content_text(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        # Multi-part message content: keep the text parts, in order.
+        return "".join(
+            str(part.get("text", ""))
+            if isinstance(part, Mapping)
+            else to_liquid_string(part, False)
+            for part in content
+        )
+    return to_liquid_string(content, False)
+
+
+def _transcript(messages: object, separator: object = "\n", **role_labels: object) -> str:
+    """Format chat messages as ``role: content`` lines joined by ``separator``."""
+    if isinstance(messages, Mapping) and not isinstance(messages, Undefined):
+        messages = [messages]
+    if not isinstance(messages, list | tuple):
+        return ""
+    sep = separator if isinstance(separator, str) else to_liquid_string(separator, False)
+    lines = []
+    for message in messages:
+        if not isinstance(message, Mapping):
+            continue
+        role = to_liquid_string(message.get("role"), False)
+        label = role_labels.get(role, role)
+        lines.append(f"{to_liquid_string(label, False)}: {_content_text(message.get('content'))}")
+    return sep.join(lines)
+
+
+@sequence_filter
+def _uniq(sequence: Sequence[Any], key: object = None) -> list[object]:
+    """liquid's ``uniq`` in linear time for hashable items (the original is quadratic)."""
+    seen: set[Any] = set()
+    seen_unhashable: list[object] = []
+    result: list[object] = []
+    for item in sequence:
+        probe = item
+        if key is not None:
+            try:
+                probe = item[key] if isinstance(item, Mapping) else None
+            except (KeyError, TypeError):
+                probe = None
+        try:
+            if probe in seen:
+                continue
+            seen.add(probe)
+        except TypeError:
+            if probe in seen_unhashable:
+                continue
+            if len(seen_unhashable) >= 1_000:
+                raise FilterArgumentError(
+                    "uniq: more than 1000 distinct unhashable items", token=None
+                ) from None
+            seen_unhashable.append(probe)
+        result.append(item)
+    return result
+
+
+# --- environment -------------------------------------------------------------------
+
+
+class _SandboxEnvironment(Environment):
+    template_class = _SandboxTemplate
+    _opsrun_limits: TemplateLimits
+
+    def setup_tags_and_filters(self, *, extra: bool = False) -> None:
+        super().setup_tags_and_filters(extra=extra)
+        self.filters["last"] = _last
+        self.filters["transcript"] = _transcript
+        self.filters["uniq"] = _uniq
+        self.filters = {
+            name: _guard(name, func, self._opsrun_limits) for name, func in self.filters.items()
+        }
+
+    def _parse(self, source: str) -> list[Node]:
+        limits = self._opsrun_limits
+        if len(source) > limits.max_source_length:
+            raise _RenderLimitError(
+                "max_source_length",
+                f"template source of {len(source)} characters exceeds {limits.max_source_length}",
+            )
+        deadline = monotonic() + limits.timeout_seconds
+
+        def tokens() -> Iterator[Token]:
+            tag = ""
+            for token in self.tokenizer()(source):
+                if monotonic() > deadline:
+                    raise _RenderLimitError(
+                        "timeout_seconds", f"parsing took longer than {limits.timeout_seconds}s"
+                    )
+                if token.kind == TOKEN_EXPRESSION:
+                    # liquid's expression lexer is quadratic on some inputs (unclosed
+                    # quotes, runs of "(" or '["'), so one expression must stay short.
+                    lines = token.value.split("\n") if tag == "liquid" else [token.value]
+                    longest = max(len(line) for line in lines)
+                    if longest > limits.max_expression_length:
+                        raise _RenderLimitError(
+                            "max_expression_length",
+                            f"an expression of {longest} characters exceeds "
+                            f"{limits.max_expression_length}",
+                        )
+                elif token.kind == TOKEN_TAG:
+                    tag = token.value
+                yield token
+
+        return get_parser(self).parse(TokenStream(tokens()))
+
+
+def _make_environment(
+    limits: TemplateLimits, loader: BaseLoader | None, *, strict: bool
+) -> Environment:
+    # liquid reads its limits from class attributes, so each engine gets its own class.
+    cls = type(
+        "_LimitedEnvironment",
+        (_SandboxEnvironment,),
+        {
+            "_opsrun_limits": limits,
+            "block_nesting_limit": limits.block_nesting_limit,
+            "context_depth_limit": limits.context_depth_limit,
+            "loop_iteration_limit": limits.loop_iteration_limit,
+            "local_namespace_limit": limits.local_namespace_limit,
+            "output_stream_limit": limits.output_stream_limit,
+        },
+    )
+    env_cls = cast("type[_SandboxEnvironment]", cls)
+    return env_cls(
+        loader=loader,
+        undefined=StrictUndefined if strict else Undefined,
+        tolerance=Mode.STRICT,
+        strict_filters=True,
+        autoescape=False,
+    )
+
+
+# --- error translation -------------------------------------------------------------
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen and len(seen) < 8:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _limit_of(exc: BaseException) -> tuple[str | None, BaseException]:
+    for link in _chain(exc):
+        limit = getattr(link, "limit", None)
+        if isinstance(limit, str):
+            return limit, link
+        for kind, name in _LIQUID_LIMITS.items():
+            if isinstance(link, kind):
+                return name, link
+        if isinstance(link, RecursionError):
+            return "recursion_depth", link
+        if isinstance(link, MemoryError):
+            return "memory", link
+    return None, exc
+
+
+def _to_template_error(exc: BaseException, phase: str) -> TemplateError:
+    """Turn any exception from liquid into a TemplateError naming where it happened."""
+    limit, cause = _limit_of(exc)
+    liquid_error = next((e for e in _chain(exc) if isinstance(e, LiquidError)), None)
+    if limit is not None and isinstance(cause, LiquidError):
+        text = str(cause.message)
+    elif limit is not None:
+        text = f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
+        text = f"{text} (limit {limit})"
+    elif isinstance(liquid_error, TemplateNotFoundError):
+        text = f"template not found: {liquid_error.message!r} (no loader provides it)"
+    elif liquid_error is not None and liquid_error.message is not None:
+        text = str(liquid_error.message)
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    details: dict[str, Any] = {"phase": phase, "error": type(cause).__name__}
+    if limit is not None:
+        details["limit"] = limit
+    if isinstance(exc, UndefinedError) or isinstance(liquid_error, UndefinedError):
+        details["undefined"] = True
+    token = next((e.token for e in _chain(exc) if isinstance(e, LiquidError) and e.token), None)
+    where = ""
+    if token is not None:
+        try:
+            position = LiquidError("", token=token).context()
+        except (ValueError, IndexError):
+            position = None
+        if position is not None:
+            line, column, _prev, current, _next = position
+            near = token.value if len(token.value) <= 80 else token.value[:77] + "..."
+            details.update(line=line, column=column + 1, near=near, source_line=current[:200])
+            where = f" at line {line}, column {column + 1}, near {near!r}"
+    template_name = liquid_error.template_name if liquid_error is not None else None
+    if template_name:
+        details["template"] = str(template_name)
+        where += f" in {str(template_name)!r}"
+    return TemplateError(f"template {phase} failed: {text}{where}", details=details)
+
+
+# --- engine --------------------------------------------------------------------------
+
+
+class TemplateEngine:
+    """Parses and renders Liquid templates within :class:`TemplateLimits`.
+
+    Parsed templates are cached (bounded LRU keyed by source and strictness), so
+    rendering the same source again skips parsing. Safe to share between threads.
+
+    Args:
+        limits: Resource limits; defaults to ``TemplateLimits()``.
+        loader: A liquid loader for ``include``/``render``. Without one, templates
+            cannot load other templates (and never touch the file system).
+        cache_size: How many parsed templates to keep.
+
+    Raises:
+        ConfigError: ``cache_size`` is not positive.
+    """
+
+    def __init__(
+        self,
+        *,
+        limits: TemplateLimits | None = None,
+        loader: BaseLoader | None = None,
+        cache_size: int = 256,
+    ) -> None:
+        if cache_size <= 0:
+            raise ConfigError(f"cache_size must be positive, got {cache_size}")
+        self.limits: TemplateLimits = limits or TemplateLimits()
+        self._envs = {
+            strict: _make_environment(self.limits, loader, strict=strict)
+            for strict in (False, True)
+        }
+        self._cache: OrderedDict[tuple[str, bool], BoundTemplate] = OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+        self._hits = 0
+        self._misses = 0
+
+    def parse(self, source: str, *, strict_variables: bool = False) -> BoundTemplate:
+        """Parse ``source`` once and cache the result.
+
+        Raises:
+            TemplateError: The source is too long, nested too deeply or not valid Liquid.
+        """
+        if not isinstance(source, str):
+            raise TemplateError(f"template source must be a string, got {type(source).__name__}")
+        key = (source, strict_variables)
+        with self._lock:
+            cached = self._cache.get(key)
+            if cached is not None:
+                self._cache.move_to_end(key)
+                self._hits += 1
+                return cached
+            self._misses += 1
+        try:
+            template = self._envs[strict_variables].from_string(source)
+        except Exception as exc:
+            raise _to_template_error(exc, "parse") from exc
+        with self._lock:
+            self._cache[key] = template
+            self._cache.move_to_end(key)
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return template
+
+    def render(
+        self,
+        source: str,
+        context: Mapping[str, Any] | None = None,
+        *,
+        strict_variables: bool = False,
+    ) -> str:
+        """Render ``source`` against plain data.
+
+        Args:
+            source: Liquid template text.
+            context: Variables: ``art``, ``chatHistory``, ``run`` and any extra keys.
+            strict_variables: If true, an undefined variable is an error; otherwise it
+                renders as an empty string.
+
+        Raises:
+            TemplateError: The template failed to parse or render, or exceeded a limit
+                (``details["limit"]`` names which).
+        """
+        template = self.parse(source, strict_variables=strict_variables)
+        token = _ACTIVE.set(_Budget(self.limits))
+        try:
+            return template.render(dict(context or {}))
+        except Exception as exc:
+            raise _to_template_error(exc, "render") from exc
+        finally:
+            _ACTIVE.reset(token)
+
+    def cache_info(self) -> TemplateCacheInfo:
+        """Return hit, miss and size counts of the parse cache."""
+        with self._lock:
+            return TemplateCacheInfo(self._hits, self._misses, self._cache_size, len(self._cache))
+
+    def cache_clear(self) -> None:
+        """Drop every cached template and reset the counters."""
+        with self._lock:
+            self._cache.clear()
+            self._hits = self._misses = 0
