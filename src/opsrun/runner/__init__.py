@@ -1,1 +1,55 @@
-"""The run engine: orchestrates operations around the main LLM call."""
+"""The run engine: operations around one main LLM call per chat turn.
+
+Build a :class:`Runner` from stores, a main LLM and an :class:`OperationCatalog`,
+then ``await runner.run(RunRequest(...))``.
+"""
+
+from __future__ import annotations
+
+from ._commit import apply_retention as apply_retention
+from ._commit import commit_order as commit_order
+from ._commit import next_artifact as next_artifact
+from ._context import AbortSignal as AbortSignal
+from ._context import OperationContext as OperationContext
+from ._context import RunMeta as RunMeta
+from ._events import EventLog as EventLog
+from ._executor import DEFAULT_CONCURRENCY as DEFAULT_CONCURRENCY
+from ._executor import Executor as Executor
+from ._executor import InProcessExecutor as InProcessExecutor
+from ._executor import ThreadExecutor as ThreadExecutor
+from ._operation import FunctionOperation as FunctionOperation
+from ._operation import Operation as Operation
+from ._operation import OperationCatalog as OperationCatalog
+from ._operation import OperationFn as OperationFn
+from ._operation import SyncOperation as SyncOperation
+from ._prompt import build_prompt as build_prompt
+from ._prompt import prompt_hash as prompt_hash
+from ._prompt import to_provider_messages as to_provider_messages
+from ._runner import Runner as Runner
+from ._runner import SystemClock as SystemClock
+from ._runner import UuidIds as UuidIds
+
+__all__ = [
+    "DEFAULT_CONCURRENCY",
+    "AbortSignal",
+    "EventLog",
+    "Executor",
+    "FunctionOperation",
+    "InProcessExecutor",
+    "Operation",
+    "OperationCatalog",
+    "OperationContext",
+    "OperationFn",
+    "RunMeta",
+    "Runner",
+    "SyncOperation",
+    "SystemClock",
+    "ThreadExecutor",
+    "UuidIds",
+    "apply_retention",
+    "build_prompt",
+    "commit_order",
+    "next_artifact",
+    "prompt_hash",
+    "to_provider_messages",
+]

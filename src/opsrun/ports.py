@@ -1,0 +1,226 @@
+"""The interfaces through which opsrun reaches the host's world.
+
+Each port is a small ``typing.Protocol`` that speaks :mod:`opsrun.model` types.
+The in-memory implementations in :mod:`opsrun.stores` satisfy them and are the
+reference for their semantics; conformance is checked statically in the tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from .model import (
+    Artifact,
+    ChatMessage,
+    OperationProfile,
+    OperationProfileSession,
+    OperationProfileSessionKey,
+    OperationRun,
+    Run,
+    RunEvent,
+    Trigger,
+    Usage,
+)
+
+__all__ = [
+    "ChatStore",
+    "Clock",
+    "EventSink",
+    "IdFactory",
+    "MainLlm",
+    "MainLlmDone",
+    "MainLlmRequest",
+    "ProfileStore",
+    "ProviderMessage",
+    "RunStore",
+    "SessionStore",
+]
+
+
+class ProfileStore(Protocol):
+    """Stored operation profiles."""
+
+    async def get_profile(self, profile_id: str) -> OperationProfile:
+        """Return the profile.
+
+        Raises:
+            NotFound: if there is no such profile.
+        """
+        ...
+
+    async def save_profile(self, profile: OperationProfile) -> None:
+        """Insert or replace the profile (validate it first with ``ensure_valid_profile``)."""
+        ...
+
+
+class SessionStore(Protocol):
+    """Profile sessions and their persisted artifacts."""
+
+    async def get_or_create_session(
+        self, key: OperationProfileSessionKey, now: datetime
+    ) -> OperationProfileSession:
+        """Return the session for ``key``, creating it (``created_at=now``) when missing."""
+        ...
+
+    async def get_artifacts(self, key: OperationProfileSessionKey) -> dict[str, Artifact]:
+        """Return the latest artifact of every tag in the session (empty when none)."""
+        ...
+
+    async def put_artifact(
+        self,
+        key: OperationProfileSessionKey,
+        artifact: Artifact,
+        *,
+        expected_version: int | None,
+    ) -> None:
+        """Store ``artifact`` as the latest value of its tag, compare-and-set.
+
+        ``expected_version`` is the version the writer based its value on (None when it
+        saw no artifact). The write applies only when the stored latest version equals it.
+
+        Raises:
+            ArtifactConflict: when the stored version differs (code ``artifact_conflict``).
+        """
+        ...
+
+
+class ChatStore(Protocol):
+    """Chat messages with variants, per chat and branch."""
+
+    async def history(self, chat_id: str, branch_id: str) -> list[ChatMessage]:
+        """Return the branch's messages, oldest first."""
+        ...
+
+    async def get_message(self, chat_id: str, message_id: str) -> ChatMessage:
+        """Return one message.
+
+        Raises:
+            NotFound: if there is no such message.
+        """
+        ...
+
+    async def save_message(self, message: ChatMessage) -> None:
+        """Insert a message at the end of its branch, or replace it if its id exists."""
+        ...
+
+
+class RunStore(Protocol):
+    """Runs, their operation runs and their events."""
+
+    async def claim(self, run: Run) -> Run:
+        """Insert ``run`` unless a run with the same non-empty ``dedupe_key`` exists.
+
+        Returns the stored run: ``run`` itself, or the earlier run with that key.
+        Atomic: two concurrent claims with one key yield one winner.
+        """
+        ...
+
+    async def save_run(self, run: Run, operation_runs: Sequence[OperationRun]) -> None:
+        """Replace the run's record and its operation runs."""
+        ...
+
+    async def append_events(self, run_id: str, events: Sequence[RunEvent]) -> None:
+        """Append events to the run's log (they arrive in ``seq`` order)."""
+        ...
+
+    async def get_run(self, run_id: str) -> tuple[Run, list[OperationRun]]:
+        """Return the run and its operation runs.
+
+        Raises:
+            NotFound: if there is no such run.
+        """
+        ...
+
+    async def events(self, run_id: str) -> list[RunEvent]:
+        """Return the run's events in ``seq`` order (empty when none)."""
+        ...
+
+    async def delete_run(self, run_id: str) -> None:
+        """Forget the run, its operation runs and events (no error when absent)."""
+        ...
+
+
+class EventSink(Protocol):
+    """Receives run events as they happen, in ``seq`` order per run."""
+
+    async def emit(self, event: RunEvent) -> None:
+        """Deliver one event. Exceptions are logged and do not affect the run."""
+        ...
+
+
+class Clock(Protocol):
+    """Wall-clock time for records; monotonic time comes from anyio."""
+
+    def now(self) -> datetime:
+        """Return the current time (timezone-aware)."""
+        ...
+
+
+class IdFactory(Protocol):
+    """Makes unique ids."""
+
+    def new_id(self, kind: str) -> str:
+        """Return a new unique id; ``kind`` (``run``, ``msg``, ``var``…) may prefix it."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderMessage:
+    """A message as sent to a provider: provider role and text."""
+
+    role: str
+    """``system``, ``user``, ``assistant`` (or ``developer`` when supported)."""
+    content: str
+    """Text."""
+
+
+@dataclass(frozen=True, slots=True)
+class MainLlmRequest:
+    """What the runner asks of the main LLM."""
+
+    messages: tuple[ProviderMessage, ...]
+    """The effective prompt in send order, roles already mapped for the provider."""
+    run_id: str
+    """The run."""
+    chat_id: str
+    """The chat."""
+    user_message_id: str
+    """The turn."""
+    trigger: Trigger
+    """generate or regenerate."""
+    meta: Mapping[str, str] = field(default_factory=dict)
+    """Host-defined extras."""
+
+
+@dataclass(frozen=True, slots=True)
+class MainLlmDone:
+    """The last item a main LLM stream yields."""
+
+    text: str
+    """The complete text."""
+    finish_reason: str = "stop"
+    """The provider's finish reason (``stop``, ``length``, ``content_filter``…)."""
+    usage: Usage | None = None
+    """Token usage, when known."""
+
+
+class MainLlm(Protocol):
+    """The chat's main generation: one streaming call per run."""
+
+    @property
+    def supports_developer_role(self) -> bool:
+        """True when the provider accepts ``developer`` messages; else they go as ``system``."""
+        ...
+
+    def stream(self, request: MainLlmRequest) -> AsyncIterator[str | MainLlmDone]:
+        """Yield text deltas, then one :class:`MainLlmDone`.
+
+        Raises:
+            ProviderTimeout: the provider did not answer in time.
+            RateLimited: the provider rate-limited the call.
+            ProviderError: any other provider failure.
+        """
+        ...

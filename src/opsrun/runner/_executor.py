@@ -1,0 +1,76 @@
+"""Where operations execute. The runner only calls ``await executor.execute(op, ctx)``.
+
+That single call is the whole contract, so an executor can run operations in the
+event loop, in worker threads, or hand them to a distributed backend (which would
+look the operation up by ``ctx.definition.operation_id`` on the worker side and ship
+``ctx`` as data) without any change to the runner.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import anyio
+import anyio.to_thread
+
+from ..model import OperationResult
+from ._context import OperationContext
+from ._operation import Operation, SyncOperation
+
+__all__ = ["DEFAULT_CONCURRENCY", "Executor", "InProcessExecutor", "ThreadExecutor"]
+
+DEFAULT_CONCURRENCY = 256
+"""Default number of operations executing at once in one executor.
+
+High enough that a hook of I/O-bound operations never queues in practice; the limit
+exists to bound fan-out in pathological profiles, not to throttle normal ones.
+"""
+
+
+class Executor(Protocol):
+    """Runs one operation execution and returns its result."""
+
+    async def execute(self, operation: Operation, ctx: OperationContext) -> OperationResult:
+        """Execute ``operation`` with ``ctx``; exceptions propagate to the runner."""
+        ...
+
+
+class InProcessExecutor:
+    """Runs operations as tasks of the current event loop, at most ``limit`` at once."""
+
+    def __init__(self, limit: int = DEFAULT_CONCURRENCY) -> None:
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        self.limit = limit
+        self._limiter: anyio.CapacityLimiter | None = None
+
+    async def execute(self, operation: Operation, ctx: OperationContext) -> OperationResult:
+        """Await ``operation.execute(ctx)`` inside the concurrency limit."""
+        if self._limiter is None:
+            self._limiter = anyio.CapacityLimiter(self.limit)
+        async with self._limiter:
+            return await operation.execute(ctx)
+
+
+class ThreadExecutor:
+    """Runs :class:`SyncOperation` work in worker threads, at most ``max_threads`` at once.
+
+    Async operations still run in the event loop (under ``limit``). A thread cannot be
+    cancelled: on abort or timeout the runner waits for it to return, so blocking
+    operations should poll ``ctx.aborted``.
+    """
+
+    def __init__(self, max_threads: int = 8, limit: int = DEFAULT_CONCURRENCY) -> None:
+        if max_threads < 1 or limit < 1:
+            raise ValueError("max_threads and limit must be at least 1")
+        self.max_threads = max_threads
+        self._inline = InProcessExecutor(limit)
+        self._threads: anyio.CapacityLimiter | None = None
+
+    async def execute(self, operation: Operation, ctx: OperationContext) -> OperationResult:
+        """Run sync operations in a worker thread, async ones in the loop."""
+        if isinstance(operation, SyncOperation):
+            if self._threads is None:
+                self._threads = anyio.CapacityLimiter(self.max_threads)
+            return await anyio.to_thread.run_sync(operation.run_sync, ctx, limiter=self._threads)
+        return await self._inline.execute(operation, ctx)

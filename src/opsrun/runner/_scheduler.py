@@ -1,0 +1,299 @@
+"""Execution of one hook: a DAG of operations run in parallel with strict ``dependsOn``.
+
+Every operation of the hook starts as its own task and waits only for its own
+dependencies, so an operation whose dependencies finished early starts at once
+(no lock-step supersteps). Executors bound the concurrency.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from ..errors import OperationFailed, bound_details
+from ..model import (
+    Artifact,
+    ArtifactWrite,
+    Hook,
+    OperationConfig,
+    OperationDefinition,
+    OperationError,
+    OperationFinished,
+    OperationResult,
+    OperationRun,
+    OperationStarted,
+    OperationStatus,
+    SkippedReason,
+    Trigger,
+)
+from ..model._effects import ASSISTANT_SIDE_EFFECTS
+from ._commit import next_artifact
+from ._context import OperationContext
+from ._operation import Operation
+
+if TYPE_CHECKING:
+    from ._runner import _RunState
+
+__all__: list[str] = []
+
+
+@dataclass(eq=False)
+class OpExec:
+    """Mutable bookkeeping of one operation in one hook of one run."""
+
+    definition: OperationDefinition
+    config: OperationConfig
+    hook: Hook
+    implementation: Operation | None
+    params: Any
+    write_tag: str | None
+    status: OperationStatus = OperationStatus.PLANNED
+    skipped_reason: SkippedReason | None = None
+    error: OperationError | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    duration_ms: float | None = None
+    result: OperationResult | None = None
+    committed: bool = False
+    commit_index: int | None = None
+    finished: anyio.Event | None = None
+    inputs_summary: dict[str, Any] = field(default_factory=dict)
+    outputs_summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def operation_id(self) -> str:
+        return self.definition.operation_id
+
+    @property
+    def terminal(self) -> bool:
+        return self.status.is_terminal
+
+    def end(
+        self,
+        status: OperationStatus,
+        *,
+        reason: SkippedReason | None = None,
+        error: OperationError | None = None,
+    ) -> None:
+        self.status = status
+        self.skipped_reason = reason
+        self.error = error
+
+    def record(self, run_id: str, trigger: Trigger) -> OperationRun:
+        return OperationRun(
+            run_id=run_id,
+            operation_id=self.operation_id,
+            operation_name=self.definition.name,
+            hook=self.hook,
+            trigger=trigger,
+            required=self.config.required,
+            order=self.config.order,
+            depends_on=self.config.depends_on,
+            status=self.status,
+            skipped_reason=self.skipped_reason,
+            error=self.error,
+            started_at=self.started_at,
+            finished_at=self.finished_at,
+            duration_ms=self.duration_ms,
+            inputs_summary=self.inputs_summary,
+            outputs_summary=self.outputs_summary,
+            committed=self.committed,
+            commit_index=self.commit_index,
+        )
+
+
+def error_of(code: str, message: str, details: dict[str, Any] | None = None) -> OperationError:
+    """A bounded OperationError."""
+    return OperationError(
+        code=code, message=message[:1024], details=bound_details(details) if details else None
+    )
+
+
+async def run_hook(state: _RunState, hook: Hook) -> None:
+    """Execute every planned operation of ``hook``; returns when all are terminal."""
+    execs = [e for e in state.execs if e.hook == hook]
+    by_id = {e.operation_id: e for e in execs}
+    pending = [e for e in execs if e.status == OperationStatus.PLANNED]
+    for e in pending:
+        e.finished = anyio.Event()
+    pending.sort(key=lambda e: (e.config.order, e.operation_id))
+    async with anyio.create_task_group() as tg:
+        for e in pending:
+            tg.start_soon(_run_one, state, e, by_id)
+
+
+async def _run_one(state: _RunState, e: OpExec, by_id: dict[str, OpExec]) -> None:
+    try:
+        for dep_id in e.config.depends_on:
+            dep = by_id.get(dep_id)
+            if dep is not None and dep.finished is not None:
+                await dep.finished.wait()
+            if dep is None or dep.status != OperationStatus.DONE:
+                if state.abort_reason is not None:
+                    e.end(OperationStatus.ABORTED)
+                elif e.config.required:
+                    e.end(
+                        OperationStatus.ERROR,
+                        error=error_of(
+                            "dependency_failed", f"dependency {dep_id!r} did not end done"
+                        ),
+                    )
+                else:
+                    e.end(OperationStatus.SKIPPED, reason=SkippedReason.DEPENDENCY_FAILED)
+                state.announce_finished(e)
+                return
+        if state.abort_reason is not None:
+            e.end(OperationStatus.ABORTED)
+            state.announce_finished(e)
+            return
+        await _execute(state, e, by_id)
+        state.announce_finished(e)
+    finally:
+        assert e.finished is not None
+        e.finished.set()
+
+
+async def _execute(state: _RunState, e: OpExec, by_id: dict[str, OpExec]) -> None:
+    assert e.implementation is not None
+    e.status = OperationStatus.RUNNING
+    e.started_at = state.clock.now()
+    t0 = anyio.current_time()
+    state.emitter.emit(
+        OperationStarted,
+        hook=e.hook,
+        operation_id=e.operation_id,
+        operation_name=e.definition.name,
+    )
+    timeout = e.config.timeout_ms / 1000 if e.config.timeout_ms else None
+    ctx = OperationContext(
+        run=state.meta,
+        hook=e.hook,
+        definition=e.definition,
+        config=e.config,
+        params=e.params,
+        history=state.context_history(e.hook),
+        artifacts=_visible_artifacts(state, e, by_id),
+        prompt=state.draft_prompt if e.hook == Hook.BEFORE_MAIN_LLM else None,
+        main_llm=state.main_llm if e.hook == Hook.AFTER_MAIN_LLM else None,
+        deadline=None if timeout is None else t0 + timeout,
+        abort=state.abort,
+        write_tag=e.write_tag,
+    )
+    result: OperationResult | None = None
+    failure: OperationError | None = None
+    scope = anyio.CancelScope(deadline=ctx.deadline if ctx.deadline is not None else float("inf"))
+    state.scopes.add(scope)
+    try:
+        with scope:
+            result = await state.executor.execute(e.implementation, ctx)
+    except OperationFailed as exc:
+        failure = error_of(exc.code, exc.message, exc.details)
+    except Exception as exc:  # an operation must never crash the run
+        failure = error_of("operation_exception", f"{type(exc).__name__}: {exc}")
+    finally:
+        state.scopes.discard(scope)
+    e.finished_at = state.clock.now()
+    e.duration_ms = (anyio.current_time() - t0) * 1000
+    if state.abort_reason is not None and (result is None or scope.cancel_called):
+        e.end(OperationStatus.ABORTED)
+    elif failure is not None:
+        e.end(OperationStatus.ERROR, error=failure)
+    elif result is None or (timeout is not None and e.duration_ms >= timeout * 1000):
+        e.end(
+            OperationStatus.ERROR,
+            error=error_of("timeout", f"operation exceeded timeoutMs={e.config.timeout_ms}"),
+        )
+    else:
+        _accept(state, e, result)
+
+
+def _accept(state: _RunState, e: OpExec, result: OperationResult) -> None:
+    e.inputs_summary = state.summarize(result.inputs_summary)
+    e.outputs_summary = state.summarize(result.outputs_summary)
+    if result.status == OperationStatus.DONE:
+        problem = policy_problem(e, result)
+        if problem is not None:
+            e.end(OperationStatus.ERROR, error=error_of("policy_error", problem))
+            return
+        e.result = result
+        e.end(OperationStatus.DONE)
+    elif result.status == OperationStatus.SKIPPED:
+        e.end(
+            OperationStatus.SKIPPED,
+            reason=result.skipped_reason or SkippedReason.CONDITION_FALSE,
+        )
+    elif result.status == OperationStatus.ERROR:
+        assert result.error is not None
+        err = result.error
+        e.end(OperationStatus.ERROR, error=error_of(err.code, err.message, err.details))
+    else:
+        e.end(OperationStatus.ABORTED)
+
+
+def policy_problem(e: OpExec, result: OperationResult) -> str | None:
+    """Return why ``result`` breaks the hook's effect policy, or None."""
+    effects = result.effects
+    if e.hook == Hook.AFTER_MAIN_LLM and effects.prompt:
+        return "prompt-time effects are only allowed in before_main_llm"
+    if e.hook == Hook.BEFORE_MAIN_LLM:
+        for effect in effects.turn:
+            if effect.type in ASSISTANT_SIDE_EFFECTS:
+                return f"{effect.type} is only allowed in after_main_llm"
+    write = effects.artifact
+    if write is not None:
+        if e.write_tag is None:
+            return f"the operation declared no artifact tag but wrote art.{write.tag}"
+        if write.tag != e.write_tag:
+            return f"the operation may write only art.{e.write_tag}, not art.{write.tag}"
+    return None
+
+
+def _visible_artifacts(
+    state: _RunState, e: OpExec, by_id: dict[str, OpExec]
+) -> dict[str, Artifact]:
+    """Committed artifacts plus the staged writes of ``e``'s transitive dependencies."""
+    visible = state.committed_artifacts()
+    stack = list(e.config.depends_on)
+    seen: set[str] = set()
+    staged: list[OpExec] = []
+    while stack:
+        dep_id = stack.pop()
+        if dep_id in seen:
+            continue
+        seen.add(dep_id)
+        dep = by_id.get(dep_id)
+        if dep is None:
+            continue
+        stack.extend(dep.config.depends_on)
+        if dep.result is not None and dep.result.effects.artifact is not None:
+            staged.append(dep)
+    for dep in sorted(staged, key=lambda d: (d.config.order, d.operation_id)):
+        assert dep.result is not None
+        write: ArtifactWrite | None = dep.result.effects.artifact
+        assert write is not None
+        artifact, _ = next_artifact(
+            visible.get(write.tag),
+            write,
+            now=state.started_at,
+            run_id=state.meta.run_id,
+            operation_id=dep.operation_id,
+        )
+        visible[write.tag] = artifact
+    return visible
+
+
+def announce(state: _RunState, e: OpExec) -> None:
+    """Emit ``operation.finished`` for ``e`` (used by the run state)."""
+    state.emitter.emit(
+        OperationFinished,
+        hook=e.hook,
+        operation_id=e.operation_id,
+        operation_name=e.definition.name,
+        status=e.status,
+        skipped_reason=e.skipped_reason,
+        error=e.error,
+        duration_ms=e.duration_ms,
+    )

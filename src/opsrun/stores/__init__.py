@@ -1,0 +1,17 @@
+"""Store implementations. ``memory`` is the default for tests and demos."""
+
+from __future__ import annotations
+
+from .memory import InMemoryChatStore as InMemoryChatStore
+from .memory import InMemoryProfileStore as InMemoryProfileStore
+from .memory import InMemoryRunStore as InMemoryRunStore
+from .memory import InMemorySessionStore as InMemorySessionStore
+from .memory import InMemoryStores as InMemoryStores
+
+__all__ = [
+    "InMemoryChatStore",
+    "InMemoryProfileStore",
+    "InMemoryRunStore",
+    "InMemorySessionStore",
+    "InMemoryStores",
+]

@@ -1,0 +1,217 @@
+"""In-memory implementations of every store port: the default for tests and demos.
+
+Each method completes without yielding to the event loop and takes a lock, so
+concurrent runs (tasks or threads) see atomic reads and compare-and-set writes.
+Records are immutable pydantic models, so nothing handed out can be mutated
+behind the store's back.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from datetime import datetime
+
+from ..errors import ArtifactConflict, NotFound
+from ..model import (
+    Artifact,
+    ChatMessage,
+    OperationProfile,
+    OperationProfileSession,
+    OperationProfileSessionKey,
+    OperationRun,
+    Run,
+    RunEvent,
+)
+
+__all__ = [
+    "InMemoryChatStore",
+    "InMemoryProfileStore",
+    "InMemoryRunStore",
+    "InMemorySessionStore",
+    "InMemoryStores",
+]
+
+_SessionKey = tuple[str, str, str, str]
+
+
+class InMemoryProfileStore:
+    """Profiles in a dict."""
+
+    def __init__(self, profiles: Sequence[OperationProfile] = ()) -> None:
+        self._profiles = {p.profile_id: p for p in profiles}
+        self._lock = threading.Lock()
+
+    async def get_profile(self, profile_id: str) -> OperationProfile:
+        """Return the profile. Raises NotFound when missing."""
+        with self._lock:
+            try:
+                return self._profiles[profile_id]
+            except KeyError:
+                raise NotFound(f"no profile {profile_id!r}") from None
+
+    async def save_profile(self, profile: OperationProfile) -> None:
+        """Insert or replace the profile."""
+        with self._lock:
+            self._profiles[profile.profile_id] = profile
+
+
+class InMemorySessionStore:
+    """Profile sessions and their latest artifacts, with compare-and-set writes."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[_SessionKey, OperationProfileSession] = {}
+        self._artifacts: dict[_SessionKey, dict[str, Artifact]] = {}
+        self._lock = threading.Lock()
+
+    async def get_or_create_session(
+        self, key: OperationProfileSessionKey, now: datetime
+    ) -> OperationProfileSession:
+        """Return the session for ``key``, creating it when missing."""
+        with self._lock:
+            k = key.as_tuple()
+            session = self._sessions.get(k)
+            if session is None:
+                session = OperationProfileSession(key=key, created_at=now)
+                self._sessions[k] = session
+                self._artifacts[k] = {}
+            return session
+
+    async def get_artifacts(self, key: OperationProfileSessionKey) -> dict[str, Artifact]:
+        """Return a copy of the session's latest artifacts by tag."""
+        with self._lock:
+            return dict(self._artifacts.get(key.as_tuple(), {}))
+
+    async def put_artifact(
+        self,
+        key: OperationProfileSessionKey,
+        artifact: Artifact,
+        *,
+        expected_version: int | None,
+    ) -> None:
+        """Compare-and-set the latest artifact of its tag. Raises ArtifactConflict."""
+        with self._lock:
+            tags = self._artifacts.setdefault(key.as_tuple(), {})
+            current = tags.get(artifact.tag)
+            current_version = current.version if current is not None else None
+            if current_version != expected_version:
+                raise ArtifactConflict(
+                    f"art.{artifact.tag} is at version {current_version}, "
+                    f"the write was based on {expected_version}",
+                    details={
+                        "tag": artifact.tag,
+                        "currentVersion": current_version,
+                        "basedOnVersion": expected_version,
+                    },
+                )
+            tags[artifact.tag] = artifact
+
+    def sessions(self) -> list[OperationProfileSession]:
+        """Every session, for tests and inspection."""
+        with self._lock:
+            return list(self._sessions.values())
+
+
+class InMemoryChatStore:
+    """Chat messages per (chat, branch), in insertion order."""
+
+    def __init__(self) -> None:
+        self._messages: dict[tuple[str, str], ChatMessage] = {}
+        self._branches: dict[tuple[str, str], list[str]] = {}
+        self._lock = threading.Lock()
+
+    async def history(self, chat_id: str, branch_id: str) -> list[ChatMessage]:
+        """Return the branch's messages, oldest first."""
+        with self._lock:
+            ids = self._branches.get((chat_id, branch_id), [])
+            return [self._messages[(chat_id, mid)] for mid in ids]
+
+    async def get_message(self, chat_id: str, message_id: str) -> ChatMessage:
+        """Return one message. Raises NotFound when missing."""
+        with self._lock:
+            try:
+                return self._messages[(chat_id, message_id)]
+            except KeyError:
+                raise NotFound(f"no message {message_id!r} in chat {chat_id!r}") from None
+
+    async def save_message(self, message: ChatMessage) -> None:
+        """Append a new message to its branch, or replace an existing one."""
+        with self._lock:
+            key = (message.chat_id, message.message_id)
+            if key not in self._messages:
+                self._branches.setdefault((message.chat_id, message.branch_id), []).append(
+                    message.message_id
+                )
+            self._messages[key] = message
+
+
+class InMemoryRunStore:
+    """Runs, operation runs and events; ``delete_run`` forgets everything of a run."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, Run] = {}
+        self._operation_runs: dict[str, list[OperationRun]] = {}
+        self._events: dict[str, list[RunEvent]] = {}
+        self._by_key: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    async def claim(self, run: Run) -> Run:
+        """Insert ``run`` unless its dedupe key is taken; return the stored run."""
+        with self._lock:
+            if run.dedupe_key:
+                existing = self._by_key.get(run.dedupe_key)
+                if existing is not None:
+                    return self._runs[existing]
+                self._by_key[run.dedupe_key] = run.run_id
+            self._runs[run.run_id] = run
+            self._operation_runs.setdefault(run.run_id, [])
+            self._events.setdefault(run.run_id, [])
+            return run
+
+    async def save_run(self, run: Run, operation_runs: Sequence[OperationRun]) -> None:
+        """Replace the run's record and operation runs."""
+        with self._lock:
+            self._runs[run.run_id] = run
+            self._operation_runs[run.run_id] = list(operation_runs)
+
+    async def append_events(self, run_id: str, events: Sequence[RunEvent]) -> None:
+        """Append events to the run's log."""
+        with self._lock:
+            self._events.setdefault(run_id, []).extend(events)
+
+    async def get_run(self, run_id: str) -> tuple[Run, list[OperationRun]]:
+        """Return the run and its operation runs. Raises NotFound when missing."""
+        with self._lock:
+            try:
+                return self._runs[run_id], list(self._operation_runs.get(run_id, []))
+            except KeyError:
+                raise NotFound(f"no run {run_id!r}") from None
+
+    async def events(self, run_id: str) -> list[RunEvent]:
+        """Return the run's events in the order appended."""
+        with self._lock:
+            return list(self._events.get(run_id, []))
+
+    async def delete_run(self, run_id: str) -> None:
+        """Forget the run; no error when absent."""
+        with self._lock:
+            run = self._runs.pop(run_id, None)
+            if run is not None and self._by_key.get(run.dedupe_key) == run_id:
+                del self._by_key[run.dedupe_key]
+            self._operation_runs.pop(run_id, None)
+            self._events.pop(run_id, None)
+
+    def run_ids(self) -> list[str]:
+        """Every stored run id, for tests and inspection."""
+        with self._lock:
+            return list(self._runs)
+
+
+class InMemoryStores:
+    """All four in-memory stores together, ready to hand to a ``Runner``."""
+
+    def __init__(self, profiles: Sequence[OperationProfile] = ()) -> None:
+        self.profiles = InMemoryProfileStore(profiles)
+        self.sessions = InMemorySessionStore()
+        self.chats = InMemoryChatStore()
+        self.runs = InMemoryRunStore()
