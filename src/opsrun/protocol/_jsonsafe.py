@@ -26,7 +26,7 @@ from opsrun.errors import PlanError
 
 from ._limits import PlanLimits
 
-__all__ = ["candidate_spans", "loads_strict_json"]
+__all__ = ["candidate_spans", "is_hostile", "loads_strict_json"]
 
 _STRUCTURAL = re.compile(r'[\[\]{}"]')
 # The rest of a string literal after its opening quote (unrolled loop: linear).
@@ -59,7 +59,7 @@ def check_depth(text: str, start: int, max_depth: int) -> None:
             # Each string is skipped once, so the scan stays linear.
             rest = _STRING_REST.match(text, pos)
             if rest is None:
-                raise _invalid("unterminated JSON string", offset=match.start())
+                raise _invalid("unterminated JSON string", syntax_error_at=match.start())
             pos = rest.end()
         elif char in "[{":
             depth += 1
@@ -145,20 +145,24 @@ class _Decoder:
             value = self.decoder.decode(text)
         except PlanError:
             raise
+        except json.JSONDecodeError as exc:
+            raise _invalid(f"not valid JSON: {exc}", syntax_error_at=exc.pos) from exc
         except (ValueError, RecursionError) as exc:
             raise _invalid(f"not valid JSON: {exc}") from exc
         return self._finish(value, text)
 
-    def raw_decode(self, text: str, start: int) -> Any:
-        """Decode the JSON value that begins at ``start``, ignoring what follows it."""
+    def raw_decode(self, text: str, start: int) -> tuple[Any, int]:
+        """Decode the JSON value that begins at ``start``; return it and where it ends."""
         check_depth(text, start, self.limits.max_json_depth)
         try:
             value, end = self.decoder.raw_decode(text, start)
         except PlanError:
             raise
+        except json.JSONDecodeError as exc:
+            raise _invalid(f"not valid JSON: {exc}", syntax_error_at=exc.pos) from exc
         except (ValueError, RecursionError) as exc:
             raise _invalid(f"not valid JSON: {exc}") from exc
-        return self._finish(value, text[start:end])
+        return self._finish(value, text[start:end]), end
 
 
 def loads_strict_json(text: str, limits: PlanLimits) -> Any:
@@ -197,7 +201,11 @@ def candidate_spans(text: str, limits: PlanLimits) -> Iterator[tuple[str, Any]]:
     Order: the whole text; fenced blocks tagged ``json`` (any case); other fenced
     blocks; then values starting at the first few ``{`` or ``[`` characters.
     Candidates that fail to decode yield their :class:`PlanError` as the value
-    so the caller can report the most relevant failure.
+    so the caller can report the most relevant failure. A candidate refused by a
+    hostile-input guard (anything but a plain syntax error) ends the search: the
+    answer holds a dangerous JSON value and nothing inside it is trusted. A raw
+    value is never looked for inside an earlier candidate (before its end or
+    its syntax error), so a fragment of a broken plan is not taken for a plan.
     """
     decoder = _Decoder(limits)
 
@@ -207,18 +215,38 @@ def candidate_spans(text: str, limits: PlanLimits) -> Iterator[tuple[str, Any]]:
         except PlanError as exc:
             return where, exc
 
-    yield attempt("whole text", text)
+    found = attempt("whole text", text)
+    yield found
+    if is_hostile(found[1]):
+        return
     blocks = list(_fenced_blocks(text, limits.max_fence_candidates))
-    for tag, body in blocks:
-        if tag == "json":
-            yield attempt("```json block", body)
-    for tag, body in blocks:
-        if tag != "json":
-            yield attempt(f"```{tag} block" if tag else "``` block", body)
-    for starts, match in enumerate(re.finditer(r"[\[{]", text)):
-        if starts >= limits.max_fence_candidates:
+    ordered = [b for b in blocks if b[0] == "json"] + [b for b in blocks if b[0] != "json"]
+    for tag, body in ordered:
+        found = attempt(f"```{tag} block" if tag else "``` block", body)
+        yield found
+        if is_hostile(found[1]):
             return
+    resume = 0
+    tried = 0
+    for match in re.finditer(r"[\[{]", text):
+        start = match.start()
+        if start < resume:
+            continue
+        if tried >= limits.max_fence_candidates:
+            return
+        tried += 1
+        where = f"JSON at offset {start}"
         try:
-            yield f"JSON at offset {match.start()}", decoder.raw_decode(text, match.start())
+            value, resume = decoder.raw_decode(text, start)
         except PlanError as exc:
-            yield f"JSON at offset {match.start()}", exc
+            yield where, exc
+            if is_hostile(exc):
+                return
+            resume = max(start + 1, int(exc.details.get("syntax_error_at", start + 1)))
+            continue
+        yield where, value
+
+
+def is_hostile(value: Any) -> bool:
+    """Whether ``value`` is a decoding failure other than a plain syntax error."""
+    return isinstance(value, PlanError) and "syntax_error_at" not in value.details

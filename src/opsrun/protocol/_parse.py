@@ -10,7 +10,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from opsrun.errors import PlanError
 
-from ._jsonsafe import candidate_spans, loads_strict_json
+from ._jsonsafe import candidate_spans, is_hostile, loads_strict_json
 from ._limits import PlanLimits
 from ._plan import Action, ContextRequest, Plan
 from ._schemas import _check_version, schema_validator
@@ -200,6 +200,8 @@ def _parse_best_effort(text: str, version: int, lim: PlanLimits) -> Plan:
     first_schema_error: PlanError | None = None
     for where, value in candidate_spans(text, lim):
         if isinstance(value, PlanError):
+            if is_hostile(value):
+                raise value
             first_json_error = first_json_error or value
             continue
         try:

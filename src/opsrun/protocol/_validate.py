@@ -303,7 +303,7 @@ class _Run:
             if not lexically_ok[index]:
                 continue
             key = collision_key(action.path)
-            spelled = unicodedata.normalize("NFC", "/".join(path_segments(action.path)))
+            spelled = "/".join(path_segments(action.path))
             if key in seen:
                 first, other, other_spelled = seen[key]
                 if spelled != other_spelled:
