@@ -1,0 +1,569 @@
+"""Save-time profile validation: one test per issue code, all problems at once, the raising form."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from opsrun import (
+    OperationDefinition,
+    OperationProfile,
+    ProfileInvalid,
+    ProfileIssue,
+    ProfileIssueCode,
+    ensure_valid_profile,
+    validate_profile,
+)
+from opsrun._profiles import find_cycles
+from opsrun.errors import OpsrunError
+
+Code = ProfileIssueCode
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+BEFORE = "before_main_llm"
+AFTER = "after_main_llm"
+
+
+# --- builders --------------------------------------------------------------------------------
+
+
+def definition(
+    operation_id: str,
+    kind: str = "compute",
+    *,
+    write_tag: str | None = None,
+    writes: bool | None = None,
+    prompt_effects: bool = False,
+) -> OperationDefinition:
+    return OperationDefinition.model_validate(
+        {
+            "operationId": operation_id,
+            "name": operation_id.split(":")[-1].replace("_", " ").title(),
+            "kind": kind,
+            "capabilities": {
+                "writesArtifact": write_tag is not None if writes is None else writes,
+                "writeTag": write_tag,
+                "promptEffects": prompt_effects,
+            },
+        }
+    )
+
+
+def op(
+    operation_id: str,
+    *,
+    hooks: Iterable[str] = (BEFORE,),
+    order: float = 10,
+    depends_on: Iterable[str] = (),
+    params: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    return {
+        "operationId": operation_id,
+        "config": {
+            "hooks": list(hooks),
+            "order": order,
+            "dependsOn": list(depends_on),
+            "params": dict(params or {}),
+        },
+    }
+
+
+def profile(*operations: dict[str, Any], **fields: Any) -> OperationProfile:
+    return OperationProfile.model_validate(
+        {
+            "profileId": "rp-test",
+            "name": "RP test",
+            "operationProfileSessionId": "sess-1",
+            "operations": list(operations),
+            **fields,
+        }
+    )
+
+
+def catalog(*definitions: OperationDefinition) -> dict[str, OperationDefinition]:
+    return {d.operation_id: d for d in definitions}
+
+
+def compute_catalog(*ids: str) -> dict[str, OperationDefinition]:
+    """Definitions of kind ``compute`` that write nothing: only the dependency rules apply."""
+    return catalog(*(definition(i) for i in ids))
+
+
+def llm_params(tag: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "providerRef": "offline",
+        "model": "offline-notes",
+        "prompt": "Summarise: {{ chatHistory | last: 5 }}",
+        "writeArtifact": {"tag": tag, "persisted": True, "usage": "prompt+ui"},
+        **extra,
+    }
+
+
+def codes(issues: list[ProfileIssue]) -> list[ProfileIssueCode]:
+    return [issue.code for issue in issues]
+
+
+def only(issues: list[ProfileIssue], code: ProfileIssueCode) -> ProfileIssue:
+    """Assert ``issues`` is exactly one issue with ``code`` and return it."""
+    assert codes(issues) == [code], issues
+    return issues[0]
+
+
+def load_example() -> tuple[OperationProfile, dict[str, OperationDefinition]]:
+    prof = OperationProfile.model_validate_json(
+        (EXAMPLES / "rp_basic.profile.json").read_text(encoding="utf-8")
+    )
+    raw = json.loads((EXAMPLES / "rp_basic.catalog.json").read_text(encoding="utf-8"))
+    return prof, catalog(*(OperationDefinition.model_validate(item) for item in raw))
+
+
+# --- valid profiles ----------------------------------------------------------------------------
+
+
+def test_example_profile_is_valid() -> None:
+    prof, cat = load_example()
+    assert validate_profile(prof, cat) == []
+    ensure_valid_profile(prof, cat)
+
+
+def test_realistic_profile_with_builtin_kinds_is_valid() -> None:
+    prof = profile(
+        op("guard", order=10, params={"writeArtifact": {"tag": "is_combat"}}),
+        op(
+            "notes",
+            order=20,
+            depends_on=["guard"],
+            params=llm_params(
+                "notes",
+                promptEffect={"type": "prompt.append_after_last_user", "role": "developer"},
+            ),
+        ),
+        op(
+            "banner",
+            order=30,
+            params={
+                "template": "Turn of {{ chatHistory | size }} messages",
+                "promptEffect": {"type": "prompt.system_update", "mode": "append"},
+            },
+        ),
+        op("world", hooks=[AFTER], order=10, params=llm_params("world_state")),
+        op("audit", hooks=[BEFORE, AFTER], order=40),
+        op("after_audit", hooks=[AFTER], order=50, depends_on=["audit", "world"]),
+    )
+    cat = catalog(
+        definition("guard", write_tag="is_combat"),
+        definition("notes", "llm", writes=True, prompt_effects=True),
+        definition("banner", "template", prompt_effects=True),
+        definition("world", "llm", write_tag="world_state"),
+        definition("audit"),
+        definition("after_audit"),
+    )
+    assert validate_profile(prof, cat) == []
+
+
+def test_empty_profile_is_valid() -> None:
+    assert validate_profile(profile(), {}) == []
+
+
+# --- one test per rule -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("profile_id", ["", "   "])
+def test_empty_profile_id(profile_id: str) -> None:
+    issue = only(validate_profile(profile(profileId=profile_id), {}), Code.EMPTY_PROFILE_ID)
+    assert issue.operation_id is None
+    assert "profileId" in issue.message
+
+
+def test_empty_session_id() -> None:
+    prof = profile(operationProfileSessionId=" ")
+    issue = only(validate_profile(prof, {}), Code.EMPTY_SESSION_ID)
+    assert issue.operation_id is None
+    assert "operationProfileSessionId" in issue.message
+
+
+@pytest.mark.parametrize("operation_id", ["", "  "])
+def test_empty_operation_id(operation_id: str) -> None:
+    prof = profile(op("a"), op(operation_id))
+    issue = only(validate_profile(prof, compute_catalog("a")), Code.EMPTY_OPERATION_ID)
+    assert issue.operation_id is None
+
+
+def test_duplicate_operation_id() -> None:
+    prof = profile(op("a"), op("b"), op("a", order=20), op("a", order=30))
+    issues = validate_profile(prof, compute_catalog("a", "b"))
+    assert codes(issues) == [Code.DUPLICATE_OPERATION_ID] * 2
+    assert {i.operation_id for i in issues} == {"a"}
+    assert "'a' is listed twice" in issues[0].message
+
+
+def test_unknown_operation() -> None:
+    prof = profile(op("a"), op("builtin:lore_lookup"))
+    issue = only(validate_profile(prof, compute_catalog("a")), Code.UNKNOWN_OPERATION)
+    assert issue.operation_id == "builtin:lore_lookup"
+    assert "builtin:lore_lookup" in issue.message
+
+
+def test_unknown_dependency() -> None:
+    prof = profile(op("a"), op("b", depends_on=["a", "ghost"]))
+    issue = only(validate_profile(prof, compute_catalog("a", "b")), Code.UNKNOWN_DEPENDENCY)
+    assert issue.operation_id == "b"
+    assert "'ghost'" in issue.message
+
+
+def test_dependency_on_an_operation_missing_from_the_catalog_is_not_unknown() -> None:
+    """The dependency exists in the profile; only the definition is missing."""
+    prof = profile(op("a"), op("b", depends_on=["a"]))
+    issue = only(validate_profile(prof, compute_catalog("b")), Code.UNKNOWN_OPERATION)
+    assert issue.operation_id == "a"
+
+
+def test_self_dependency_is_not_also_a_cycle() -> None:
+    prof = profile(op("a", depends_on=["a"]))
+    issue = only(validate_profile(prof, compute_catalog("a")), Code.SELF_DEPENDENCY)
+    assert issue.operation_id == "a"
+    assert "'a' depends on itself" in issue.message
+
+
+def test_cross_hook_dependency() -> None:
+    prof = profile(
+        op("notes", hooks=[BEFORE]),
+        op("world", hooks=[AFTER], depends_on=["notes"]),
+    )
+    issue = only(
+        validate_profile(prof, compute_catalog("notes", "world")), Code.CROSS_HOOK_DEPENDENCY
+    )
+    assert issue.operation_id == "world"
+    assert "after_main_llm" in issue.message
+    assert "'notes'" in issue.message
+
+
+def test_cross_hook_dependency_of_an_operation_in_both_hooks() -> None:
+    """An operation in both hooks needs each dependency in both hooks too."""
+    prof = profile(
+        op("before_only", hooks=[BEFORE]),
+        op("both", hooks=[BEFORE, AFTER], depends_on=["before_only"]),
+        op("also_both", hooks=[AFTER, BEFORE]),
+        op("after_only", hooks=[AFTER], depends_on=["also_both"]),
+    )
+    cat = compute_catalog("before_only", "both", "also_both", "after_only")
+    issue = only(validate_profile(prof, cat), Code.CROSS_HOOK_DEPENDENCY)
+    assert issue.operation_id == "both"
+    assert "runs in after_main_llm" in issue.message
+
+
+def test_dependency_cycle_names_the_cycle() -> None:
+    prof = profile(
+        op("a", depends_on=["b"]),
+        op("b", depends_on=["c"]),
+        op("c", depends_on=["a"]),
+        op("d", depends_on=["a"]),
+    )
+    issue = only(validate_profile(prof, compute_catalog("a", "b", "c", "d")), Code.DEPENDENCY_CYCLE)
+    assert issue.operation_id == "a"
+    assert issue.message == "dependency cycle: a → b → c → a"
+
+
+def test_each_independent_cycle_is_reported() -> None:
+    prof = profile(
+        op("a", depends_on=["b"]),
+        op("b", depends_on=["a"]),
+        op("x", depends_on=["y"]),
+        op("y", depends_on=["x"]),
+    )
+    issues = validate_profile(prof, compute_catalog("a", "b", "x", "y"))
+    assert [(i.code, i.message) for i in issues] == [
+        (Code.DEPENDENCY_CYCLE, "dependency cycle: a → b → a"),
+        (Code.DEPENDENCY_CYCLE, "dependency cycle: x → y → x"),
+    ]
+
+
+def test_duplicate_write_tag_between_llm_operations() -> None:
+    prof = profile(
+        op("world_a", hooks=[AFTER], params=llm_params("world_state")),
+        op("world_b", hooks=[AFTER], order=20, params=llm_params("world_state")),
+    )
+    cat = catalog(definition("world_a", "llm", writes=True), definition("world_b", "llm"))
+    issue = only(validate_profile(prof, cat), Code.DUPLICATE_WRITE_TAG)
+    assert issue.operation_id == "world_b"
+    assert "art.world_state" in issue.message
+    assert "'world_a'" in issue.message
+    assert "'world_b'" in issue.message
+
+
+def test_duplicate_write_tag_between_definition_and_params() -> None:
+    prof = profile(
+        op("guard"),
+        op("notes", params=llm_params("is_combat")),
+        op("echo", params={"template": "x", "writeArtifact": {"tag": "is_combat"}}),
+    )
+    cat = catalog(
+        definition("guard", write_tag="is_combat"),
+        definition("notes", "llm"),
+        definition("echo", "template"),
+    )
+    issues = validate_profile(prof, cat)
+    assert codes(issues) == [Code.DUPLICATE_WRITE_TAG] * 2
+    assert [i.operation_id for i in issues] == ["notes", "echo"]
+
+
+def test_write_tag_unknown_when_nothing_declares_it() -> None:
+    prof = profile(op("guard"))
+    cat = catalog(definition("guard", writes=True))
+    issue = only(validate_profile(prof, cat), Code.WRITE_TAG_UNKNOWN)
+    assert issue.operation_id == "guard"
+    assert "writeTag" in issue.message
+
+
+def test_write_tag_taken_from_params_of_a_custom_kind() -> None:
+    prof = profile(op("guard", params={"writeArtifact": {"tag": "is_combat"}}))
+    assert validate_profile(prof, catalog(definition("guard", writes=True))) == []
+
+
+def test_write_tag_unknown_when_definition_and_params_disagree() -> None:
+    prof = profile(op("world", hooks=[AFTER], params=llm_params("world")))
+    cat = catalog(definition("world", "llm", write_tag="world_state"))
+    issue = only(validate_profile(prof, cat), Code.WRITE_TAG_UNKNOWN)
+    assert issue.operation_id == "world"
+    assert "art.world_state" in issue.message
+    assert "art.world" in issue.message
+
+
+@pytest.mark.parametrize(
+    ("declared", "params"),
+    [
+        ("world-state", {}),
+        (None, {"writeArtifact": {"tag": "art.world_state"}}),
+        ("9lives", {}),
+    ],
+    ids=["dash-in-definition", "dot-in-params", "leading-digit"],
+)
+def test_write_tag_unknown_for_invalid_tag_syntax(
+    declared: str | None, params: dict[str, Any]
+) -> None:
+    prof = profile(op("world", params=params))
+    cat = catalog(definition("world", write_tag=declared, writes=True))
+    issue = only(validate_profile(prof, cat), Code.WRITE_TAG_UNKNOWN)
+    assert issue.operation_id == "world"
+    assert "artifact tag" in issue.message
+
+
+def test_invalid_llm_params_name_the_field() -> None:
+    params = llm_params("notes")
+    del params["prompt"]
+    prof = profile(op("notes", params=params))
+    issue = only(validate_profile(prof, catalog(definition("notes", "llm"))), Code.INVALID_PARAMS)
+    assert issue.operation_id == "notes"
+    assert "prompt" in issue.message
+    assert "Field required" in issue.message
+
+
+def test_invalid_llm_params_still_feed_the_tag_check() -> None:
+    """A broken params object still declares its tag, so collisions are not hidden."""
+    broken = llm_params("world_state", temperature=0.1)  # not a field: samplers.temperature is
+    prof = profile(
+        op("world_a", params=llm_params("world_state")),
+        op("world_b", params=broken),
+    )
+    cat = catalog(definition("world_a", "llm"), definition("world_b", "llm"))
+    issues = validate_profile(prof, cat)
+    assert codes(issues) == [Code.INVALID_PARAMS, Code.DUPLICATE_WRITE_TAG]
+    assert "temperature" in issues[0].message
+
+
+def test_invalid_template_params() -> None:
+    prof = profile(op("banner", params={"templat": "typo"}))
+    issue = only(
+        validate_profile(prof, catalog(definition("banner", "template"))), Code.INVALID_PARAMS
+    )
+    assert "template" in issue.message
+    assert "templat" in issue.message
+
+
+class StatsParams(BaseModel):
+    threshold: int
+
+
+@pytest.mark.parametrize("key", ["kind", "operation_id"])
+def test_params_models_by_kind_or_operation_id(key: str) -> None:
+    prof = profile(op("stats", params={"threshold": "high"}))
+    cat = catalog(definition("stats", "stats_kind"))
+    models = {"stats_kind" if key == "kind" else "stats": StatsParams}
+    issue = only(validate_profile(prof, cat, params_models=models), Code.INVALID_PARAMS)
+    assert "threshold" in issue.message
+    assert validate_profile(prof, cat) == []  # no model for the kind: params are not checked
+    good = profile(op("stats", params={"threshold": 3}))
+    assert validate_profile(good, cat, params_models=models) == []
+
+
+@pytest.mark.parametrize(
+    ("kind", "params"),
+    [
+        ("llm", llm_params("notes", promptEffect={"type": "prompt.system_update"})),
+        ("template", {"template": "x", "promptEffect": {"type": "prompt.insert_at_depth"}}),
+    ],
+)
+def test_prompt_effect_after_main_llm(kind: str, params: dict[str, Any]) -> None:
+    prof = profile(op("notes", hooks=[AFTER], params=params))
+    issue = only(
+        validate_profile(prof, catalog(definition("notes", kind))),
+        Code.PROMPT_EFFECT_AFTER_MAIN_LLM,
+    )
+    assert issue.operation_id == "notes"
+    assert "after_main_llm" in issue.message
+
+
+def test_prompt_effect_in_both_hooks_is_reported() -> None:
+    params = llm_params("notes", promptEffect={"type": "prompt.append_after_last_user"})
+    prof = profile(op("notes", hooks=[BEFORE, AFTER], params=params))
+    only(
+        validate_profile(prof, catalog(definition("notes", "llm"))),
+        Code.PROMPT_EFFECT_AFTER_MAIN_LLM,
+    )
+    before_only = profile(op("notes", hooks=[BEFORE], params=params))
+    assert validate_profile(before_only, catalog(definition("notes", "llm"))) == []
+
+
+# --- every problem at once ---------------------------------------------------------------------
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    no_prompt = llm_params("notes")
+    del no_prompt["prompt"]
+    prof = profile(
+        op("a"),
+        op("a", order=20),  # duplicate_operation_id
+        op("ghost"),  # unknown_operation
+        op("b", depends_on=["missing"]),  # unknown_dependency
+        op("notes", params=no_prompt),  # invalid_params
+        operationProfileSessionId="",  # empty_session_id
+    )
+    cat = catalog(definition("a"), definition("b"), definition("notes", "llm"))
+    assert sorted(codes(validate_profile(prof, cat))) == sorted(
+        [
+            Code.EMPTY_SESSION_ID,
+            Code.DUPLICATE_OPERATION_ID,
+            Code.UNKNOWN_OPERATION,
+            Code.UNKNOWN_DEPENDENCY,
+            Code.INVALID_PARAMS,
+        ]
+    )
+
+
+def test_every_code_can_be_produced_by_one_profile() -> None:
+    notes_params = llm_params("notes", promptEffect={"type": "prompt.system_update"})
+    del notes_params["prompt"]
+    prof = profile(
+        op(""),
+        op("a", depends_on=["a", "nowhere"]),
+        op("a"),
+        op("ghost"),
+        op("x", depends_on=["y"]),
+        op("y", depends_on=["x"]),
+        op("before", hooks=[BEFORE]),
+        op("after", hooks=[AFTER], depends_on=["before"]),
+        op("w1", params=llm_params("world_state")),
+        op("w2", params=llm_params("world_state")),
+        op("untagged"),
+        op("notes", params=notes_params),
+        op(
+            "banner",
+            hooks=[AFTER],
+            params={"template": "t", "promptEffect": {"type": "prompt.system_update"}},
+        ),
+        profileId="",
+        operationProfileSessionId="",
+    )
+    cat = catalog(
+        definition("a"),
+        definition("x"),
+        definition("y"),
+        definition("before"),
+        definition("after"),
+        definition("w1", "llm"),
+        definition("w2", "llm"),
+        definition("untagged", writes=True),
+        definition("notes", "llm"),
+        definition("banner", "template"),
+    )
+    assert set(codes(validate_profile(prof, cat))) == set(ProfileIssueCode)
+
+
+# --- the raising form --------------------------------------------------------------------------
+
+
+def test_ensure_valid_profile_raises_with_every_issue() -> None:
+    prof = profile(op("a", depends_on=["a"]), op("ghost"), operationProfileSessionId="")
+    cat = compute_catalog("a")
+    with pytest.raises(ProfileInvalid) as info:
+        ensure_valid_profile(prof, cat)
+    err = info.value
+    assert isinstance(err, OpsrunError)
+    assert err.code == "profile_invalid"
+    assert err.issues == validate_profile(prof, cat)
+    assert codes(err.issues) == [
+        Code.EMPTY_SESSION_ID,
+        Code.SELF_DEPENDENCY,
+        Code.UNKNOWN_OPERATION,
+    ]
+    assert err.details["issues"] == ["empty_session_id", "self_dependency", "unknown_operation"]
+    json.dumps(err.to_dict())  # details stay JSON-safe
+    assert "3 problem(s)" in str(err)
+    assert "[profile_invalid]" in str(err)
+    assert "self_dependency(a)" in str(err)
+
+
+def test_ensure_valid_profile_summary_is_bounded() -> None:
+    prof = profile(*(op(f"ghost_{i:02}") for i in range(12)))
+    with pytest.raises(ProfileInvalid) as info:
+        ensure_valid_profile(prof, {})
+    assert len(info.value.issues) == 12
+    assert "12 problem(s)" in str(info.value)
+    assert "and 2 more" in str(info.value)
+    assert "ghost_10" not in str(info.value)
+
+
+def test_ensure_valid_profile_passes_params_models() -> None:
+    prof = profile(op("stats", params={"threshold": "high"}))
+    cat = catalog(definition("stats", "stats_kind"))
+    ensure_valid_profile(prof, cat)
+    with pytest.raises(ProfileInvalid):
+        ensure_valid_profile(prof, cat, params_models={"stats_kind": StatsParams})
+
+
+# --- find_cycles -------------------------------------------------------------------------------
+
+
+def test_find_cycles_on_a_dag_is_empty() -> None:
+    assert find_cycles({"a": ["b", "c"], "b": ["c"], "c": []}) == []
+
+
+def test_find_cycles_starts_at_the_smallest_node_and_sorts() -> None:
+    graph = {"q": ["p"], "p": ["q"], "c": ["a"], "a": ["b"], "b": ["c"]}
+    assert find_cycles(graph) == [["a", "b", "c"], ["p", "q"]]
+
+
+def test_find_cycles_handles_targets_without_entries_and_deep_chains() -> None:
+    chain = {f"n{i:05}": [f"n{i + 1:05}"] for i in range(5000)}
+    chain["n05000"] = ["n00000"]
+    cycles = find_cycles(chain)
+    assert len(cycles) == 1
+    assert len(cycles[0]) == 5001
+    assert find_cycles({"a": ["outside"]}) == []
+
+
+def test_find_cycles_ignores_self_loops() -> None:
+    assert find_cycles({"a": ["a"], "b": ["b", "c"], "c": []}) == []
+
+
+def test_find_cycles_ignores_a_self_loop_inside_a_larger_cycle() -> None:
+    """A self loop on the start node must not be returned as the cycle of its component.
+
+    The docstring says self loops are not cycles; the component {a, b} has the real cycle
+    a → b → a.
+    """
+    assert find_cycles({"a": ["a", "b"], "b": ["a"]}) == [["a", "b"]]
