@@ -23,6 +23,7 @@ from ..model import (
     OperationProfile,
     OperationProfileSessionKey,
     OperationStatus,
+    ProfileIssue,
     PromptEffect,
     PromptMessage,
     Run,
@@ -57,6 +58,9 @@ from ._scheduler import OpExec, announce, run_hook
 from ._turn import commit_hook, store_assistant_reply
 
 __all__ = ["Runner", "SystemClock", "UuidIds"]
+
+_NOT_PLANNED = (SkippedReason.DISABLED, SkippedReason.TRIGGER_MISMATCH)
+"""Skip reasons of operations that are not part of the run at all."""
 
 
 class SystemClock:
@@ -109,6 +113,8 @@ class Runner:
         self.ids: IdFactory = ids or UuidIds()
         self.summarize = summarize or bound_details
         self._active: dict[str, AbortSignal] = {}
+        # Profiles are immutable: validation results are cached per profile object.
+        self._validated: dict[int, tuple[OperationProfile, list[ProfileIssue]]] = {}
 
     def abort(self, run_id: str, reason: str = "user_abort") -> bool:
         """Abort an active run of this runner; return False when it is not active."""
@@ -190,7 +196,13 @@ class Runner:
             profile = await self.profiles.get_profile(request.profile_id)
         except NotFound as exc:
             raise RunError(str(exc.message), code="profile_not_found") from exc
-        issues = self.catalog.validate(profile)
+        cached = self._validated.get(id(profile))
+        if cached is None or cached[0] is not profile:
+            cached = (profile, self.catalog.validate(profile))
+            if len(self._validated) >= 64:
+                self._validated.clear()
+            self._validated[id(profile)] = cached
+        issues = cached[1]
         if issues:
             raise ProfileInvalid(
                 f"profile {profile.profile_id!r} is not valid for this catalog", issues=issues
@@ -432,7 +444,15 @@ class _RunState:
         return refreshed
 
     def _required_not_done(self, hook: Hook) -> FailedDetails | None:
+        """The first required operation of ``hook`` that should have run but is not done.
+
+        Disabled and trigger-mismatched operations were never meant to run in this run
+        (seed 003 §3: the barrier waits for the operations "that should start"), so they
+        do not count even when required.
+        """
         for e in sorted(self.execs, key=lambda x: (x.config.order, x.operation_id)):
+            if e.skipped_reason in _NOT_PLANNED:
+                continue
             if e.hook == hook and e.config.required and e.status != OperationStatus.DONE:
                 error = e.error
                 return FailedDetails(
