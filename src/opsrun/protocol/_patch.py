@@ -1,0 +1,530 @@
+"""Exact application of single-file unified diffs, with GNU ``patch -F0`` placement.
+
+The text is first normalised (hunk counts recounted from the bodies, blank context
+lines restored, missing file headers supplied) and then parsed by :mod:`unidiff`,
+which stays the parser of record. Hunks are placed the way GNU ``patch -F0``
+places them: at the stated line plus the offset of the previous hunk when the
+whole context matches there, otherwise at the nearest line, searching outward,
+where it matches, never before the last line the previous hunk changed. A hunk
+with less leading than trailing context may only match at the start of the file,
+one with less trailing context only at the end, exactly as GNU ``patch`` does.
+There is no fuzz: a hunk matches completely or the whole patch fails.
+
+Lines are compared without their line endings; the file keeps its own endings
+and added lines take the file's dominant one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+from unidiff.errors import UnidiffParseError
+from unidiff.patch import PatchSet
+
+from opsrun.errors import PatchError
+
+__all__ = [
+    "apply_patch",
+    "check_base_sha256",
+    "decode_text",
+    "is_sha256_hex",
+    "replace_range",
+    "sha256_hex",
+]
+
+_HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? ?\+(\d+)(?:,(\d+))? ?@@(.*)$")
+_SHA256_RE = re.compile(r"^[0-9a-fA-F]{64}$")
+_NO_NEWLINE = "\\ No newline at end of file"
+_MAX_SHOWN = 200
+
+# Header lines that announce something PATCH_FILE refuses to do (rename, copy,
+# mode changes, symlinks, binary content) or a diff format other than unified.
+_REFUSED: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^(?:rename|copy) (?:from|to) "), "rename or copy headers"),
+    (re.compile(r"^(?:dis)?similarity index "), "rename or copy headers"),
+    (re.compile(r"^(?:old|new) mode "), "file mode changes"),
+    (re.compile(r"^(?:new|deleted) file mode (?!100644\s*$)"), "a file mode other than 100644"),
+    (re.compile(r"^index \S+ (?:120000|160000)\s*$"), "a symbolic link or submodule"),
+    (re.compile(r"^GIT binary patch"), "a binary patch"),
+    (re.compile(r"^Binary files? .* (?:differ|has changed)"), "a binary patch"),
+    (re.compile(r"^\*{15}"), "a context diff"),
+    (re.compile(r"^\*\*\* \S"), "a context diff"),
+)
+
+
+def sha256_hex(data: bytes | str) -> str:
+    """Return the lower-case hex sha256 of ``data`` (a ``str`` is hashed as UTF-8)."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    return hashlib.sha256(data).hexdigest()
+
+
+def is_sha256_hex(value: str) -> bool:
+    """Return whether ``value`` is 64 hexadecimal digits."""
+    return bool(_SHA256_RE.match(value))
+
+
+def check_base_sha256(data: bytes, base_sha256: str | None, *, path: str = "") -> None:
+    """Check that ``data`` hashes to ``base_sha256``; ``None`` skips the check.
+
+    Raises:
+        PatchError: ``ERR_BASE_SHA256_INVALID`` when the value is not 64 hex digits,
+            ``ERR_BASE_MISMATCH`` when the file changed since the plan was written.
+    """
+    if base_sha256 is None:
+        return
+    if not is_sha256_hex(base_sha256):
+        raise PatchError(
+            f"{path or 'file'}: base_sha256 must be 64 hex digits, got {base_sha256[:80]!r}",
+            code="ERR_BASE_SHA256_INVALID",
+            details={"path": path, "base_sha256": base_sha256},
+        )
+    actual = sha256_hex(data)
+    if actual != base_sha256.lower():
+        raise PatchError(
+            f"{path or 'file'} changed since the plan was written: "
+            f"base_sha256 {base_sha256.lower()} but the file hashes to {actual}",
+            code="ERR_BASE_MISMATCH",
+            details={"path": path, "expected": base_sha256.lower(), "actual": actual},
+        )
+
+
+def decode_text(data: bytes | str, *, path: str = "") -> str:
+    """Return ``data`` as text, decoding bytes as strict UTF-8.
+
+    Raises:
+        PatchError: ``ERR_NON_UTF8_FILE`` when the bytes are not UTF-8.
+    """
+    if isinstance(data, str):
+        return data
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PatchError(
+            f"{path or 'file'} is not UTF-8 text (byte {exc.start}); "
+            "it can only be replaced as a whole",
+            code="ERR_NON_UTF8_FILE",
+            details={"path": path, "offset": exc.start},
+        ) from exc
+
+
+class _Lines:
+    """A text split on ``\\n``: raw lines (a CR kept), comparison keys and its line ending."""
+
+    __slots__ = ("crlf", "final_nl", "keys", "raw")
+
+    def __init__(self, text: str) -> None:
+        self.final_nl = text.endswith("\n")
+        raw = text.split("\n") if text else []
+        if self.final_nl:
+            raw.pop()
+        self.raw = raw
+        if "\r" in text:
+            self.keys = [s[:-1] if s.endswith("\r") else s for s in raw]
+            terminated = len(raw) if self.final_nl else len(raw) - 1
+            with_cr = sum(1 for s in raw[:terminated] if s.endswith("\r"))
+            self.crlf = with_cr * 2 > terminated
+        else:
+            self.keys = raw
+            self.crlf = False
+
+
+def _show(line: str | None) -> str:
+    if line is None:
+        return "<end of file>"
+    return repr(line if len(line) <= _MAX_SHOWN else line[:_MAX_SHOWN] + "…")
+
+
+def replace_range(
+    original: str | bytes, start_line: int, end_line: int, content: str, *, path: str = ""
+) -> str:
+    """Replace lines ``start_line..end_line`` (1-based, inclusive) with ``content``.
+
+    The new lines take the file's line ending; the file's final-newline state is
+    kept when the range reaches the end of the file.
+
+    Raises:
+        PatchError: ``ERR_RANGE_INVALID`` when the range is empty, reversed or past
+            the end of the file; ``ERR_NON_UTF8_FILE`` for non-UTF-8 bytes.
+    """
+    lines = _Lines(decode_text(original, path=path))
+    count = len(lines.raw)
+    if not (1 <= start_line <= end_line <= count):
+        raise PatchError(
+            f"{path or 'file'}: lines {start_line}-{end_line} are not a range of "
+            f"this {count}-line file",
+            code="ERR_RANGE_INVALID",
+            details={"path": path, "start_line": start_line, "end_line": end_line, "lines": count},
+        )
+    eol = "\r" if lines.crlf else ""
+    block = content.split("\n")
+    if block[-1] == "":
+        block.pop()
+    block = [(s[:-1] if s.endswith("\r") else s) + eol for s in block]
+    out = lines.raw[: start_line - 1] + block + lines.raw[end_line:]
+    if not out:
+        return ""
+    if not lines.final_nl and eol and out[-1].endswith(eol):
+        out[-1] = out[-1][: -len(eol)]
+    return "\n".join(out) + ("\n" if lines.final_nl else "")
+
+
+@dataclass(frozen=True, slots=True)
+class _Hunk:
+    """One hunk, ready to place: its pattern (old side) and its edit operations."""
+
+    number: int
+    header: str
+    first: int  # GNU's p_first: the stated old start, +1 for a hunk with no old lines
+    old: list[str]  # context and removed lines, without line endings
+    ops: tuple[tuple[str, str, bool], ...]  # (" " | "-" | "+", text, lacks a final newline)
+    prefix: int  # context lines before the first change
+    suffix: int  # context lines after the last change
+
+
+@dataclass(slots=True)
+class _Parsed:
+    named: bool  # whether the patch had ``---``/``+++`` headers
+    source: str | None  # None for /dev/null
+    target: str | None
+    hunks: list[_Hunk]
+
+
+def _not_unified(message: str, **details: object) -> PatchError:
+    return PatchError(message, code="ERR_PATCH_NOT_UNIFIED", details=details)
+
+
+def _header_name(value: str) -> str:
+    name = value.split("\t", 1)[0].rstrip()
+    if len(name) >= 2 and name.startswith('"') and name.endswith('"'):
+        name = name[1:-1]
+    return name
+
+
+def _body_kind(line: str) -> str | None:
+    if not line or line[0] == "\t":
+        return " "
+    first = line[0]
+    return first if first in " +-\\" else None
+
+
+def _is_file_header(lines: list[str], i: int) -> bool:
+    return lines[i].startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ ")
+
+
+def _collect_body(lines: list[str], start: int, old_h: int, new_h: int) -> tuple[list[str], int]:
+    """Return a hunk's normalised body lines and the index of the first line after it.
+
+    The body runs until a line that cannot belong to a hunk. When the header's counts
+    describe the body with only trailing blank lines left over, the header wins;
+    otherwise the counts are recomputed from the body, as ``git apply --recount`` does.
+    """
+    body: list[str] = []
+    old = new = 0
+    i = start
+    fits: int | None = None  # body length at which the header's counts were exactly met
+    while i < len(lines):
+        line = lines[i]
+        kind = _body_kind(line)
+        if kind is None or (old >= old_h and new >= new_h and _is_file_header(lines, i)):
+            break
+        if kind == "\\":
+            if body and not body[-1].startswith("\\"):
+                body.append(_NO_NEWLINE)
+            i += 1
+            if fits is not None and fits == len(body) - 1:
+                fits = len(body)
+            continue
+        if not line or line[0] == "\t":
+            line = " " + line
+        body.append(line)
+        if kind != "+":
+            old += 1
+        if kind != "-":
+            new += 1
+        if old == old_h and new == new_h:
+            fits = len(body)
+        i += 1
+    if fits is not None and all(s == " " for s in body[fits:]):
+        del body[fits:]
+    return body, i
+
+
+def _scan(patch: str) -> tuple[list[tuple[str, str]], list[str], str]:
+    """Check the patch's shape; return its file headers, hunk headers and normalised text.
+
+    Raises:
+        PatchError: ``ERR_PATCH_NOT_UNIFIED`` for anything but one file's unified hunks.
+    """
+    lines = patch.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    lines = [s[:-1] if s.endswith("\r") else s for s in lines]
+    files: list[tuple[str, str]] = []
+    git_files = 0
+    out: list[str] = []
+    headers: list[str] = []
+    hunks = 0
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("diff --git "):
+            git_files += 1
+        elif _is_file_header(lines, i):
+            files.append((_header_name(line[4:]), _header_name(lines[i + 1][4:])))
+            i += 2
+            continue
+        elif line.startswith("@@"):
+            m = _HUNK_RE.match(line)
+            if m is None:
+                raise _not_unified(
+                    f"line {i + 1} is not a unified hunk header "
+                    f"('@@ -start,count +start,count @@'): {_show(line)}",
+                    line=i + 1,
+                    text=line,
+                )
+            hunks += 1
+            headers.append(line.strip())
+            old_h = 1 if m.group(2) is None else int(m.group(2))
+            new_h = 1 if m.group(4) is None else int(m.group(4))
+            body, end = _collect_body(lines, i + 1, old_h, new_h)
+            old = sum(1 for s in body if s[0] in " -")
+            new = sum(1 for s in body if s[0] in " +")
+            if not any(s[0] in "+-" for s in body):
+                raise _not_unified(
+                    f"hunk #{hunks} ({line.strip()}) changes nothing", hunk=hunks, header=line
+                )
+            section = m.group(5)
+            out.append(f"@@ -{m.group(1)},{old} +{m.group(3)},{new} @@{section}")
+            out.extend(body)
+            i = end
+            continue
+        else:
+            for pattern, what in _REFUSED:
+                if pattern.match(line):
+                    raise _not_unified(
+                        f"line {i + 1}: PATCH_FILE takes plain unified diffs, not {what}: "
+                        f"{_show(line)}",
+                        line=i + 1,
+                        text=line,
+                    )
+        i += 1
+    if len(files) > 1 or git_files > 1:
+        names = sorted({n for pair in files for n in pair})
+        raise _not_unified(
+            f"the patch names {max(len(files), git_files)} files; PATCH_FILE patches one file",
+            files=names,
+        )
+    if hunks == 0:
+        raise _not_unified(
+            "no unified hunk ('@@ -start,count +start,count @@' followed by ' ', '-', '+' "
+            "lines) found in the patch",
+            excerpt=patch[:200],
+        )
+    source, target = files[0] if files else ("a/file", "b/file")
+    text = "\n".join([f"--- {source}", f"+++ {target}", *out]) + "\n"
+    return files, headers, text
+
+
+def _parse(patch: str) -> _Parsed:
+    files, headers, text = _scan(patch)
+    try:
+        patch_set = PatchSet(text)
+    except UnidiffParseError as exc:  # pragma: no cover - _scan hands over well-formed text
+        raise _not_unified(f"the patch is not a unified diff: {exc}") from exc
+    if len(patch_set) != 1:  # pragma: no cover - _scan already counted the files
+        raise _not_unified("the patch must touch exactly one file")
+    hunks: list[_Hunk] = []
+    for number, uhunk in enumerate(patch_set[0], start=1):
+        ops: list[tuple[str, str, bool]] = []
+        for uline in uhunk:
+            kind = uline.line_type
+            if kind in ("+", "-", " "):
+                value = uline.value
+                ops.append((kind, value[:-1] if value.endswith("\n") else value, False))
+            elif kind == "\\" and ops:
+                ops[-1] = (ops[-1][0], ops[-1][1], True)
+        old = [text for kind, text, _ in ops if kind != "+"]
+        changes = [n for n, (kind, _, _) in enumerate(ops) if kind != " "]
+        prefix = changes[0]
+        suffix = len(ops) - 1 - changes[-1]
+        header = headers[number - 1]
+        first = uhunk.source_start + (0 if old else 1)
+        hunks.append(_Hunk(number, header, first, old, tuple(ops), prefix, suffix))
+    source, target = files[0] if files else ("", "")
+    return _Parsed(
+        named=bool(files),
+        source=None if source == "/dev/null" else source,
+        target=None if target == "/dev/null" else target,
+        hunks=hunks,
+    )
+
+
+def _matches(keys: list[str], pos: int, pattern: list[str]) -> bool:
+    return pos >= 1 and keys[pos - 1 : pos - 1 + len(pattern)] == pattern
+
+
+def _locate(hunk: _Hunk, keys: list[str], in_offset: int, frozen: int) -> int:
+    """Return the 1-based line where ``hunk`` matches, or 0; GNU ``locate_hunk`` at fuzz 0."""
+    lines = len(keys)
+    first_guess = hunk.first + in_offset
+    pat = len(hunk.old)
+    if not pat:
+        return first_guess
+    anchored_start = hunk.prefix < hunk.suffix
+    anchored_end = hunk.suffix < hunk.prefix
+    max_where = lines - pat + 1
+    min_where = frozen + 1
+    max_pos = max_where - first_guess
+    max_neg = first_guess - min_where
+    max_offset = max(max_pos, max_neg)
+    if first_guess <= max_neg:
+        max_neg = first_guess - 1
+    if anchored_start and hunk.first <= 1:
+        offset = 1 - first_guess
+        if frozen <= hunk.prefix and offset <= max_pos and _matches(keys, 1, hunk.old):
+            return 1
+        return 0
+    if anchored_end:
+        offset = first_guess - max_where
+        if offset <= max_neg and _matches(keys, max_where, hunk.old):
+            return max_where
+        return 0
+    if max_pos < 0:
+        min_offset = first_guess - max_where
+    elif max_neg < 0:
+        min_offset = first_guess - min_where
+    else:
+        min_offset = 0
+    for offset in range(min_offset, max_offset + 1):
+        if offset <= max_pos and _matches(keys, first_guess + offset, hunk.old):
+            return first_guess + offset
+        if offset <= max_neg and _matches(keys, first_guess - offset, hunk.old):
+            return first_guess - offset
+    return 0
+
+
+def _failure(hunk: _Hunk, keys: list[str], guess: int, path: str, why: str) -> PatchError:
+    expected: str | None = None
+    actual: str | None = None
+    line = max(guess, 1)
+    for n, want in enumerate(hunk.old):
+        have = keys[line - 1 + n] if 0 <= line - 1 + n < len(keys) else None
+        if have != want:
+            expected, actual, line = want, have, line + n
+            break
+    where = f"{path}: " if path else ""
+    message = f"{where}hunk #{hunk.number} ({hunk.header}) does not apply: {why}"
+    if expected is not None:
+        message += f"; at line {line} expected {_show(expected)} but the file has {_show(actual)}"
+    return PatchError(
+        message,
+        code="ERR_PATCH_APPLY_FAILED",
+        details={
+            "path": path,
+            "hunk": hunk.number,
+            "header": hunk.header,
+            "line": line,
+            "expected": expected,
+            "actual": actual,
+        },
+    )
+
+
+def _name_matches(name: str, path: str) -> bool:
+    wanted = path.replace("\\", "/").lstrip("/")
+    return name == wanted or (len(name) > 2 and name[1] == "/" and name[2:] == wanted)
+
+
+def apply_patch(original: str | bytes, patch: str, *, path: str | None = None) -> str:
+    """Apply a one-file unified diff to ``original`` exactly and return the new text.
+
+    Args:
+        original: The file's current text, or its bytes (decoded as strict UTF-8).
+        patch: A unified diff for one file; ``---``/``+++`` headers are optional.
+        path: When given, the file names in the headers must name this path.
+
+    Returns:
+        The patched text. Either every hunk applies or nothing is returned.
+
+    Raises:
+        PatchError: ``ERR_PATCH_NOT_UNIFIED`` when the patch is not one file's unified
+            hunks (prose, ed scripts, context diffs, binary, rename or mode headers,
+            several files, another file's name); ``ERR_PATCH_APPLY_FAILED`` when a
+            hunk's context matches nowhere it may go; ``ERR_NON_UTF8_FILE`` when
+            ``original`` is bytes that are not UTF-8.
+    """
+    label = path or ""
+    text = decode_text(original, path=label)
+    parsed = _parse(patch)
+    if path is not None and parsed.named:
+        for name in (parsed.source, parsed.target):
+            if name is not None and not _name_matches(name, path):
+                raise _not_unified(
+                    f"the patch is for {name!r}, not {path!r}", path=path, named=name
+                )
+    if parsed.source is None and text:
+        raise PatchError(
+            f"{label or 'the file'}: the patch creates the file (--- /dev/null) "
+            "but it already has content",
+            code="ERR_PATCH_APPLY_FAILED",
+            details={"path": label},
+        )
+    lines = _Lines(text)
+    raw, keys = lines.raw, lines.keys
+    count = len(raw)
+    eol = "\r" if lines.crlf else ""
+    out: list[str] = []
+    no_newline: list[int] = []  # indices in ``out`` of lines that lack a newline
+    copied = 0  # input lines consumed so far (GNU's last_frozen_line)
+    in_offset = 0
+    for hunk in parsed.hunks:
+        guess = hunk.first + in_offset
+        where = _locate(hunk, keys, in_offset, copied)
+        if where == 0:
+            raise _failure(hunk, keys, guess, label, "its context matches nowhere it may go")
+        if where + hunk.prefix - 1 < copied:
+            raise _failure(hunk, keys, where, label, "it overlaps the previous hunk")
+        in_offset = where - hunk.first
+        pos = where  # the input line the next operation refers to
+        for kind, value, lacks_nl in hunk.ops:
+            if kind == " ":
+                pos += 1
+                continue
+            upto = min(pos - 1, count)
+            if upto > copied:
+                if upto == count and not lines.final_nl:
+                    no_newline.append(len(out) + upto - copied - 1)
+                out.extend(raw[copied:upto])
+            copied = max(copied, pos - 1)
+            if kind == "-":
+                copied = pos
+                pos += 1
+            else:
+                if lacks_nl:
+                    no_newline.append(len(out))
+                    out.append(value)
+                else:
+                    out.append(value + eol)
+    if copied < count:
+        if not lines.final_nl:
+            no_newline.append(len(out) + count - copied - 1)
+        out.extend(raw[copied:])
+    if parsed.target is None and out:
+        raise PatchError(
+            f"{label or 'the file'}: the patch deletes the file's whole text "
+            f"(+++ /dev/null) but {len(out)} lines would remain",
+            code="ERR_PATCH_APPLY_FAILED",
+            details={"path": label, "remaining": len(out)},
+        )
+    if not out:
+        return ""
+    final_nl = True
+    for index in no_newline:
+        if index == len(out) - 1:
+            final_nl = False
+        elif eol and not out[index].endswith(eol):
+            out[index] += eol
+    return "\n".join(out) + ("\n" if final_nl else "")
