@@ -567,3 +567,18 @@ def test_find_cycles_ignores_a_self_loop_inside_a_larger_cycle() -> None:
     a → b → a.
     """
     assert find_cycles({"a": ["a", "b"], "b": ["a"]}) == [["a", "b"]]
+
+
+def test_prompt_effect_capability_after_main_llm_is_reported() -> None:
+    """A custom operation that declares prompt effects cannot run after the main LLM."""
+    issues = validate_profile(
+        profile(op("banner", hooks=(AFTER,))),
+        catalog(definition("banner", prompt_effects=True)),
+    )
+    assert codes(issues) == [ProfileIssueCode.PROMPT_EFFECT_AFTER_MAIN_LLM]
+    assert only(issues, ProfileIssueCode.PROMPT_EFFECT_AFTER_MAIN_LLM).operation_id == "banner"
+
+
+def test_profile_schema_requires_unique_hooks() -> None:
+    schema = OperationProfile.model_json_schema(by_alias=True)
+    assert schema["$defs"]["OperationConfig"]["properties"]["hooks"]["uniqueItems"] is True

@@ -88,10 +88,11 @@ def validate_profile(
             tag = _write_tag(entry, definition, params, add)
             if tag is not None:
                 writers.setdefault(tag, []).append(op_id)
-            if (
+            sends_prompt = (
                 getattr(params, "prompt_effect", None) is not None
-                and Hook.AFTER_MAIN_LLM in entry.config.hooks
-            ):
+                or definition.capabilities.prompt_effects
+            )
+            if sends_prompt and Hook.AFTER_MAIN_LLM in entry.config.hooks:
                 add(
                     Code.PROMPT_EFFECT_AFTER_MAIN_LLM,
                     op_id,
@@ -209,7 +210,7 @@ def _cycle_in(component: set[str], adjacency: Mapping[str, list[str]]) -> list[s
         next_frontier: list[str] = []
         for node in frontier:
             for child in adjacency.get(node, []):
-                if child not in component:
+                if child not in component or child == node:
                     continue
                 if child == start:
                     path = [node]

@@ -54,7 +54,7 @@ class OperationConfig(Model):
     required: bool = False
     """A required before-operation that is not ``done`` blocks the main LLM; a required
     after-operation that is not ``done`` fails the run."""
-    hooks: tuple[Hook, ...] = Field(min_length=1)
+    hooks: tuple[Hook, ...] = Field(min_length=1, json_schema_extra={"uniqueItems": True})
     """Where it runs; an operation listed in two hooks runs once per hook."""
     triggers: tuple[Trigger, ...] | None = None
     """Which triggers it runs on; None means both."""

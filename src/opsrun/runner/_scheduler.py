@@ -83,7 +83,8 @@ class OpExec:
         self.error = error
 
     def record(self, run_id: str, trigger: Trigger) -> OperationRun:
-        return OperationRun(
+        # Every field is already validated (definition, config, enums): construct directly.
+        return OperationRun.model_construct(
             run_id=run_id,
             operation_id=self.operation_id,
             operation_name=self.definition.name,
