@@ -35,6 +35,7 @@ from liquid.exceptions import (
     ContextDepthError,
     FilterArgumentError,
     LiquidError,
+    LiquidValueError,
     LocalNamespaceLimitError,
     LoopIterationLimitError,
     OutputStreamLimitError,
@@ -592,6 +593,8 @@ def _limit_of(exc: BaseException) -> tuple[str | None, BaseException]:
         for kind, name in _LIQUID_LIMITS.items():
             if isinstance(link, kind):
                 return name, link
+        if isinstance(link, LiquidValueError) and "range" in str(link.message):
+            return "max_collection_length", link  # a range longer than sys.maxsize
         if isinstance(link, RecursionError):
             return "recursion_depth", link
         if isinstance(link, MemoryError):
@@ -599,7 +602,9 @@ def _limit_of(exc: BaseException) -> tuple[str | None, BaseException]:
     return None, exc
 
 
-def _to_template_error(exc: BaseException, phase: str) -> TemplateError:
+def _to_template_error(
+    exc: BaseException, phase: str, limits: TemplateLimits | None = None
+) -> TemplateError:
     """Turn any exception from liquid into a TemplateError naming where it happened."""
     limit, cause = _limit_of(exc)
     liquid_error = next((e for e in _chain(exc) if isinstance(e, LiquidError)), None)
@@ -617,6 +622,12 @@ def _to_template_error(exc: BaseException, phase: str) -> TemplateError:
     details: dict[str, Any] = {"phase": phase, "error": type(cause).__name__}
     if limit is not None:
         details["limit"] = limit
+        if limit not in text:
+            text = f"{text} (limit {limit})"
+        value = getattr(limits, limit, None) if limits is not None else None
+        if value is not None:
+            details["limit_value"] = value
+            text = text.replace(f"(limit {limit})", f"(limit {limit}={value})")
     if isinstance(exc, UndefinedError) or isinstance(liquid_error, UndefinedError):
         details["undefined"] = True
     token = next((e.token for e in _chain(exc) if isinstance(e, LiquidError) and e.token), None)
@@ -696,7 +707,7 @@ class TemplateEngine:
         try:
             template = self._envs[strict_variables].from_string(source)
         except Exception as exc:
-            raise _to_template_error(exc, "parse") from exc
+            raise _to_template_error(exc, "parse", self.limits) from exc
         with self._lock:
             self._cache[key] = template
             self._cache.move_to_end(key)
@@ -728,7 +739,7 @@ class TemplateEngine:
         try:
             return template.render(dict(context or {}))
         except Exception as exc:
-            raise _to_template_error(exc, "render") from exc
+            raise _to_template_error(exc, "render", self.limits) from exc
         finally:
             _ACTIVE.reset(token)
 

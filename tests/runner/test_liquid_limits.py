@@ -1,0 +1,314 @@
+"""Hostile templates stop with TemplateError naming the limit hit, fast and in bounded memory."""
+
+from __future__ import annotations
+
+import time
+import tracemalloc
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from liquid import DictLoader
+
+from opsrun.errors import TemplateError
+from opsrun.runner._liquid import TemplateEngine, TemplateLimits
+
+BIG = "{% assign big = 'xxxxxxxxxx' %}" + "{% assign big = big | append: big %}" * 16  # ~655k chars
+
+# (id, source, the limit that must stop it)
+HOSTILE: list[tuple[str, str, str]] = [
+    ("huge-range-loop", "{% for i in (1..100000000) %}{% endfor %}", "loop_iteration_limit"),
+    (
+        "astronomic-range-loop",
+        "{% for i in (1..99999999999999999999999) %}x{% endfor %}",
+        "max_collection_length",
+    ),
+    (
+        "nested-loops",
+        "{% for a in (1..1000) %}{% for b in (1..1000) %}x{% endfor %}{% endfor %}",
+        "loop_iteration_limit",
+    ),
+    (
+        "tablerow-range",
+        "{% tablerow i in (1..100000000) %}{{ i }}{% endtablerow %}",
+        "loop_iteration_limit",
+    ),
+    (
+        "liquid-tag-loop",
+        "{% liquid\nfor i in (1..100000000)\necho i\nendfor %}",
+        "loop_iteration_limit",
+    ),
+    (
+        "output-flood",
+        "{% for i in (1..40000) %}" + "y" * 100 + "{% endfor %}",
+        "output_stream_limit",
+    ),
+    (
+        "capture-doubling",
+        "{% assign s = 'xxxxxxxx' %}{% for i in (1..64) %}"
+        "{% capture s %}{{ s }}{{ s }}{% endcapture %}{% endfor %}",
+        "output_stream_limit",
+    ),
+    (
+        "append-doubling",
+        "{% assign s = 'x' %}{% for i in (1..64) %}{% assign s = s | append: s %}{% endfor %}",
+        "max_string_length",
+    ),
+    (
+        "prepend-doubling",
+        "{% assign s = 'x' %}{% for i in (1..64) %}{% assign s = s | prepend: s %}{% endfor %}",
+        "max_string_length",
+    ),
+    (
+        "replace-explosion",
+        "{{ 'aaaaaaaaaa'" + " | replace: 'a', 'aaaaaaaaaa'" * 8 + " }}",
+        "max_string_length",
+    ),
+    ("join-big-separator", BIG + "{{ (1..1000) | join: big }}", "max_string_length"),
+    ("split-into-chars", BIG + "{{ big | split: '' | size }}", "max_collection_length"),
+    ("range-join", "{{ (1..100000000) | join: ',' }}", "max_collection_length"),
+    ("range-sort", "{{ (1..99999999999999999999999) | sort | first }}", "max_collection_length"),
+    (
+        "concat-doubling",
+        "{% assign a = 'x,y' | split: ',' %}{% for i in (1..40) %}"
+        "{% assign a = a | concat: a %}{% endfor %}",
+        "max_collection_length",
+    ),
+    (
+        "concat-refs-to-big-string",
+        BIG + "{% assign a = big | split: '#' %}{% for i in (1..20) %}"
+        "{% assign a = a | concat: a %}{% endfor %}{{ a }}",
+        "max_string_length",
+    ),
+    (
+        "integer-squaring",
+        "{% assign x = 99999999999 %}{% for i in (1..40) %}"
+        "{% assign x = x | times: x %}{% endfor %}",
+        "max_integer_digits",
+    ),
+    (
+        "url-encode-growth",
+        BIG + "{{ big | replace: 'x', 'é' | url_encode | url_encode }}",
+        "max_string_length",
+    ),
+    ("deep-blocks", "{% if true %}" * 200 + "{% endif %}" * 200, "block_nesting_limit"),
+    (
+        "deep-liquid-blocks",
+        "{% liquid\n" + "if true\n" * 200 + "endif\n" * 200 + "%}",
+        "block_nesting_limit",
+    ),
+    ("deep-expression", "{{ a" + "[a" * 1300 + "]" * 1300 + " }}", "recursion_depth"),
+    ("long-expression", "{{ " + "(" * 20_000 + " }}", "max_expression_length"),
+    ("quoted-ident-quadratic", "{{ " + '["' * 3000 + " }}", "max_expression_length"),
+    ("huge-source", "x" * 70_000, "max_source_length"),
+    (
+        "many-sequential-loops",
+        "{% for i in (1..40000) %}{% endfor %}" * 8,
+        "max_total_loop_iterations",
+    ),
+    (
+        "namespace-growth",
+        BIG + "".join(f"{{% assign v{i} = big %}}" for i in range(10)),
+        "local_namespace_limit",
+    ),
+]
+
+LOADER_HOSTILE: list[tuple[str, str, dict[str, str], str]] = [
+    ("include-self", "{% include 'a' %}", {"a": "{% include 'a' %}"}, "context_depth_limit"),
+    (
+        "include-fork",
+        "{% include 'a' %}",
+        {"a": "x{% include 'a' %}{% include 'a' %}"},
+        "context_depth_limit",
+    ),
+    ("render-self", "{% render 'r' %}", {"r": "{% render 'r' %}"}, "context_depth_limit"),
+    (
+        "include-in-loop",
+        "{% for i in (1..30000) %}{% include 'p' %}{% endfor %}",
+        {"p": "{% for j in (1..30000) %}{% endfor %}"},
+        "loop_iteration_limit",
+    ),
+    ("huge-partial", "{% include 'big' %}", {"big": "y" * 70_000}, "max_source_length"),
+]
+
+
+def _limit_of(err: TemplateError) -> str:
+    assert err.code == "template_render_error"
+    limit = err.details.get("limit")
+    assert isinstance(limit, str), err.message
+    assert limit in err.message or limit in {"recursion_depth"}
+    return limit
+
+
+@pytest.mark.parametrize(("source", "limit"), [h[1:] for h in HOSTILE], ids=[h[0] for h in HOSTILE])
+def test_hostile_template_names_its_limit(source: str, limit: str) -> None:
+    engine = TemplateEngine()
+    start = time.perf_counter()
+    with pytest.raises(TemplateError) as info:
+        engine.render(source, {})
+    elapsed = time.perf_counter() - start
+    hit = _limit_of(info.value)
+    assert hit == limit, info.value.message
+    # Safety bound only; the assertion that matters is the limit's name above.
+    assert elapsed < 5.0
+
+
+@pytest.mark.parametrize(
+    ("source", "partials", "limit"),
+    [h[1:] for h in LOADER_HOSTILE],
+    ids=[h[0] for h in LOADER_HOSTILE],
+)
+def test_hostile_partials(source: str, partials: dict[str, str], limit: str) -> None:
+    engine = TemplateEngine(loader=DictLoader(partials))
+    with pytest.raises(TemplateError) as info:
+        engine.render(source, {})
+    assert _limit_of(info.value) == limit
+
+
+@pytest.mark.parametrize("source", [h[1] for h in HOSTILE[::3]], ids=[h[0] for h in HOSTILE[::3]])
+def test_hostile_memory_is_bounded(source: str) -> None:
+    engine = TemplateEngine()
+    tracemalloc.start()
+    try:
+        # Any limit may fire first here: tracemalloc slows everything down.
+        with pytest.raises(TemplateError):
+            engine.render(source, {})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 1024 * 1024
+
+
+def test_render_timeout_is_cooperative() -> None:
+    engine = TemplateEngine(limits=TemplateLimits(timeout_seconds=0.05))
+    source = (
+        "{% for i in (1..40000) %}{% if i == 3 %}{% endif %}"
+        "{{ i | plus: 1 | minus: 1 }}{% endfor %}"
+    )
+    start = time.perf_counter()
+    with pytest.raises(TemplateError) as info:
+        engine.render(source)
+    assert _limit_of(info.value) == "timeout_seconds"
+    assert time.perf_counter() - start < 2.0
+
+
+def test_small_custom_limits() -> None:
+    engine = TemplateEngine(
+        limits=TemplateLimits(max_total_loop_iterations=10, output_stream_limit=20)
+    )
+    assert engine.render("{% for i in (1..10) %}{% endfor %}ok") == "ok"
+    with pytest.raises(TemplateError) as info:
+        engine.render("{% for i in (1..6) %}{% endfor %}{% for i in (1..6) %}{% endfor %}")
+    assert _limit_of(info.value) == "max_total_loop_iterations"
+    with pytest.raises(TemplateError) as info:
+        engine.render("x" * 21)
+    assert _limit_of(info.value) == "output_stream_limit"
+
+
+def test_default_limits_allow_ordinary_work() -> None:
+    engine = TemplateEngine()
+    history = [{"role": "user", "content": "hello " * 50} for _ in range(500)]
+    art = {f"t{i}": {"value": {"n": i}, "history": list(range(20)), "meta": {}} for i in range(50)}
+    source = (
+        "{% for pair in art %}{{ pair[0] }}={{ pair[1].value.n }};"
+        "{% for h in pair[1].history %}{{ h }}{% endfor %}{% endfor %}"
+        "{{ chatHistory | last: 200 | transcript }}"
+    )
+    out = engine.render(source, {"art": art, "chatHistory": history})
+    assert out.count("user: ") == 200
+
+
+# --- property: random templates render or fail with TemplateError, nothing else ------
+
+_FRAGMENTS = st.sampled_from(
+    [
+        "{{ x }}",
+        "{{ art.a.value }}",
+        "{{ art.a.history | last: 2 | join: ',' }}",
+        "{{ chatHistory | last: 3 | transcript }}",
+        "{{ chatHistory | last }}",
+        "{% for i in (1..5) %}",
+        "{% for m in chatHistory %}",
+        "{% endfor %}",
+        "{% if x %}",
+        "{% elsif y %}",
+        "{% else %}",
+        "{% endif %}",
+        "{% assign y = x | append: x %}",
+        "{% capture c %}",
+        "{% endcapture %}",
+        "{{ c | size }}",
+        "{% case x %}{% when 1 %}",
+        "{% endcase %}",
+        "{% unless x %}",
+        "{% endunless %}",
+        "{{ x | times: 3 | plus: 'a' }}",
+        "{{ x | split: '' | sort | uniq | join }}",
+        "{{ x | replace: 'a', x }}",
+        "{{ x | date: '%Y' }}",
+        "{{ x | slice: -3, 2 }}",
+        "{{ x | divided_by: 0 }}",
+        "{{ x | modulo: 0 }}",
+        "{{ x | concat: x }}",
+        "{{ x | map: 'a' | compact | sum }}",
+        "{% include x %}",
+        "{% render 'p' %}",
+        "{% cycle 'a', 'b' %}",
+        "{% increment n %}",
+        "{% break %}",
+        "{% raw %}",
+        "{% endraw %}",
+        "{% comment %}",
+        "{% endcomment %}",
+        "{{",
+        "}}",
+        "{%",
+        "%}",
+        "|",
+        "(1..",
+        "text ",
+        "\n",
+    ]
+)
+_TEMPLATES = st.lists(st.one_of(_FRAGMENTS, st.text(max_size=8)), max_size=12).map("".join)
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=20),
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda children: st.one_of(
+        st.lists(children, max_size=4), st.dictionaries(st.text(max_size=5), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+_ENGINE = TemplateEngine(loader=DictLoader({"p": "{{ x }}"}))
+
+
+@settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(source=_TEMPLATES, x=_VALUES, value=_VALUES, strict=st.booleans())
+def test_random_templates_render_or_raise_template_error(
+    source: str, x: Any, value: Any, strict: bool
+) -> None:
+    context = {
+        "x": x,
+        "art": {"a": {"value": value, "history": [value, x], "meta": {}}},
+        "chatHistory": [{"role": "user", "content": x}, {"role": "assistant", "content": value}],
+    }
+    try:
+        out: object = _ENGINE.render(source, context, strict_variables=strict)
+    except TemplateError as err:
+        out = err.code
+        expected: type = TemplateError
+    else:
+        expected = str
+    assert (expected is TemplateError and out == "template_render_error") or isinstance(out, str)
