@@ -1,7 +1,10 @@
-"""Quickstart: load the "RP basic" profile and its catalog, validate them, then break the profile.
+"""Quickstart: validate the "RP basic" profile, then run it for real, offline.
 
 Run it with ``make demo`` or ``python examples/quickstart.py``. The profile and the catalog
-are plain JSON files next to this script; the catalog is a list of operation definitions.
+are plain JSON files next to this script; the operations live in ``rp_operations.py``.
+The demo validates the profile (and a broken copy), then plays three turns, one
+regenerate and one run whose required guard fails, printing the live event stream,
+the final artifacts and the chat.
 """
 
 from __future__ import annotations
@@ -13,8 +16,28 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from opsrun import OperationDefinition, OperationProfile, ProfileIssue, validate_profile
-from opsrun.model import OperationConfig, ProfileOperation
+from opsrun.model import (
+    MainLlmDelta,
+    OperationConfig,
+    OperationFinished,
+    OperationProfileSessionKey,
+    OperationStarted,
+    ProfileOperation,
+    RunEvent,
+    RunFinished,
+    RunPhaseChanged,
+    RunRequest,
+    RunResult,
+)
+from opsrun.runner import Runner
+from opsrun.stores import InMemoryStores
+from opsrun.testing import OfflineMainLlm
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from rp_operations import Classifier, build_catalog  # noqa: E402  (sibling example module)
 
 HERE = Path(__file__).resolve().parent
 PROFILE_PATH = HERE / "rp_basic.profile.json"
@@ -105,12 +128,126 @@ def show_validation(title: str, profile: OperationProfile, catalog: Catalog) -> 
     return issues
 
 
+class PrintEvents:
+    """An event sink that prints the live event stream, one line per event."""
+
+    def __init__(self) -> None:
+        self.streaming = False
+
+    async def emit(self, event: RunEvent) -> None:
+        if isinstance(event, MainLlmDelta):
+            if not self.streaming:
+                print(f"  {event.seq:>3}  main_llm.delta     ", end="")
+                self.streaming = True
+            print(event.text, end="", flush=True)
+            return
+        if self.streaming:
+            print()
+            self.streaming = False
+        detail = ""
+        if isinstance(event, RunPhaseChanged):
+            detail = event.phase.value
+        elif isinstance(event, OperationStarted):
+            detail = event.operation_name
+        elif isinstance(event, OperationFinished):
+            why = event.skipped_reason or (event.error.code if event.error else "")
+            detail = f"{event.operation_name}: {event.status.value}" + (f" ({why})" if why else "")
+        elif isinstance(event, RunFinished):
+            detail = event.status.value + (
+                f" ({event.failed_type.value})" if event.failed_type else ""
+            )
+        elif hasattr(event, "status"):
+            detail = str(getattr(event, "status").value)
+        print(f"  {event.seq:>3}  {event.type:<18} {detail}")
+
+
+def summarize(result: RunResult) -> str:
+    ops = ", ".join(
+        f"{o.operation_id.split(':')[-1]}={o.status.value}"
+        + (f"({o.skipped_reason.value})" if o.skipped_reason else "")
+        + (f"({o.error.code})" if o.error else "")
+        for o in result.operation_runs
+    )
+    failed = f" failedType={result.failed_type.value}" if result.failed_type else ""
+    return f"run {result.status.value}{failed}; {ops}"
+
+
+async def play(profile: OperationProfile, catalog_defs: Catalog) -> None:
+    """Three turns, one regenerate and one run that fails the barrier."""
+    stores = InMemoryStores([profile])
+    classifier = Classifier()
+    main_llm = OfflineMainLlm()
+    runner = Runner(
+        catalog=build_catalog(catalog_defs, classifier),
+        profiles=stores.profiles,
+        sessions=stores.sessions,
+        chats=stores.chats,
+        runs=stores.runs,
+        main_llm=main_llm,
+        events=PrintEvents(),
+    )
+    system = "You are the narrator of a short fantasy role-play."
+
+    async def turn(title: str, request: RunRequest) -> RunResult:
+        print(f"== {title}")
+        result = await runner.run(request)
+        print(f"  -> {summarize(result)}\n")
+        return result
+
+    def generate(text: str) -> RunRequest:
+        return RunRequest(
+            trigger="generate",
+            chat_id="demo",
+            profile_id=profile.profile_id,
+            user_message=text,
+            system_prompt=system,
+        )
+
+    await turn("turn 1: a quiet scene", generate("We walk into the tavern and sit down."))
+    await turn("turn 2: combat", generate("I draw my sword and attack the bandit!"))
+    third = await turn("turn 3", generate("We rest by the fire."))
+    await turn(
+        "turn 3 again: regenerate",
+        RunRequest(
+            trigger="regenerate",
+            chat_id="demo",
+            profile_id=profile.profile_id,
+            user_message_id=third.run.user_message_id,
+            system_prompt=system,
+        ),
+    )
+    classifier.available = False
+    failed = await turn("turn 4: the guard's service is down", generate("Let us go on."))
+    print(
+        f"  the main LLM was called {len(main_llm.requests)} times in 5 runs; "
+        f"turn 4 stopped at the barrier: {failed.run.failed_details}\n"
+    )
+
+    key = OperationProfileSessionKey(
+        chat_id="demo",
+        branch_id="main",
+        profile_ref=profile.ref,
+        operation_profile_session_id=profile.operation_profile_session_id,
+    )
+    artifacts = await stores.sessions.get_artifacts(key)
+    print("== persisted artifacts")
+    for tag, artifact in sorted(artifacts.items()):
+        print(f"  art.{tag} v{artifact.version} = {json.dumps(artifact.value)}")
+        for old in artifact.history:
+            print(f"      history v{old.version} = {json.dumps(old.value)}")
+    print("\n== chat")
+    for message in await stores.chats.history("demo", "main"):
+        variants = f" [{len(message.variants)} variants]" if len(message.variants) > 1 else ""
+        print(f"  {message.role.value:>9}: {message.prompt_text}{variants}")
+
+
 def main() -> int:
-    """Validate the shipped profile, then a broken copy of it."""
+    """Validate the shipped profile and a broken copy, then run the profile."""
     profile = load_profile()
     catalog = load_catalog()
     show_validation("RP basic as shipped", profile, catalog)
     show_validation("RP basic with four mistakes", broken_variant(profile), catalog)
+    anyio.run(play, profile, catalog)
     return 0
 
 

@@ -20,6 +20,7 @@ from ..model import (
     OperationProfileSessionKey,
     PromptMessage,
     Trigger,
+    WriteArtifactSpec,
 )
 
 __all__ = ["AbortSignal", "OperationContext", "RunMeta"]
@@ -184,14 +185,26 @@ class OperationContext:
     def write(self, value: JsonValue, **fields: Any) -> ArtifactWrite:
         """Build the artifact write for the declared tag, based on the version read.
 
-        Other :class:`~opsrun.model.ArtifactWrite` fields (``persisted``, ``usage``…)
-        may be passed by name (snake_case).
+        Defaults come from the operation's ``writeArtifact`` params when it has them
+        (persisted, usage, semantics, format, retention, promptInclusion,
+        uiPresentation); keyword arguments (snake_case ``ArtifactWrite`` fields) win.
 
         Raises:
             ValueError: if the operation declared no write tag.
+            pydantic.ValidationError: if a field does not fit ``ArtifactWrite``.
         """
         if self.write_tag is None:
             raise ValueError(f"{self.operation_id!r} declared no artifact tag to write")
         current = self.artifacts.get(self.write_tag)
-        fields.setdefault("based_on_version", None if current is None else current.version)
-        return ArtifactWrite(tag=self.write_tag, value=value, **fields)
+        merged = {**self._write_defaults(), **fields}
+        merged.setdefault("based_on_version", None if current is None else current.version)
+        return ArtifactWrite(tag=self.write_tag, value=value, **merged)
+
+    def _write_defaults(self) -> dict[str, Any]:
+        spec = getattr(self.params, "write_artifact", None)
+        if spec is None and isinstance(self.params, Mapping):
+            raw = self.params.get("writeArtifact")
+            spec = WriteArtifactSpec.model_validate(raw) if isinstance(raw, Mapping) else None
+        if not isinstance(spec, WriteArtifactSpec):
+            return {}
+        return {name: value for name, value in spec if name != "tag" and value is not None}

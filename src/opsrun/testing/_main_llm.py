@@ -112,7 +112,8 @@ def _offline_reply(request: MainLlmRequest) -> str:
     notes = [m.content for m in request.messages if m.role == "system"]
     extra = f" I kept {len(notes)} instruction block(s) in mind." if notes else ""
     turn = sum(1 for m in request.messages if m.role == "user")
-    return f"(turn {turn}) You said: {user.strip()!r}.{extra}"
+    again = ", told again" if request.trigger.value == "regenerate" else ""
+    return f"(turn {turn}{again}) You said: {user.strip()!r}.{extra}"
 
 
 class OfflineMainLlm(FunctionMainLlm):
