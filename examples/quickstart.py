@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from rp_operations import Classifier, build_catalog  # the sibling module (script dir is on path)
 
 from opsrun import OperationDefinition, OperationProfile, ProfileIssue, validate_profile
 from opsrun.model import (
     MainLlmDelta,
+    MainLlmFinished,
     OperationConfig,
     OperationFinished,
     OperationProfileSessionKey,
@@ -35,9 +37,6 @@ from opsrun.model import (
 from opsrun.runner import Runner
 from opsrun.stores import InMemoryStores
 from opsrun.testing import OfflineMainLlm
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from rp_operations import Classifier, build_catalog  # noqa: E402  (sibling example module)
 
 HERE = Path(__file__).resolve().parent
 PROFILE_PATH = HERE / "rp_basic.profile.json"
@@ -156,8 +155,8 @@ class PrintEvents:
             detail = event.status.value + (
                 f" ({event.failed_type.value})" if event.failed_type else ""
             )
-        elif hasattr(event, "status"):
-            detail = str(getattr(event, "status").value)
+        elif isinstance(event, MainLlmFinished):
+            detail = f"{event.status.value} ({event.finish_reason.value})"
         print(f"  {event.seq:>3}  {event.type:<18} {detail}")
 
 
