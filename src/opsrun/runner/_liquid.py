@@ -190,7 +190,12 @@ class _BudgetStringIO(LimitedStringIO):
 
     def write(self, s: str, /) -> int:
         _tick()
-        return super().write(s)
+        if s:
+            # Same byte count as liquid's, without encoding ASCII text to find it.
+            self.size += len(s) if s.isascii() else len(s.encode("utf-8"))
+            if self.size > self.limit:
+                raise OutputStreamLimitError("output stream limit reached", token=None)
+        return StringIO.write(self, s)
 
 
 class _SandboxContext(RenderContext):
