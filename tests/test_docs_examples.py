@@ -1,0 +1,44 @@
+"""The README's code and the examples run as documented."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def python_blocks(path: Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", path.read_text(encoding="utf-8"), re.S)
+
+
+def test_readme_usage_example_runs() -> None:
+    blocks = python_blocks(ROOT / "README.md")
+    assert blocks, "README.md has no python example"
+    completed = subprocess.run(
+        [sys.executable, "-c", blocks[0]], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.startswith("done ")
+
+
+@pytest.mark.parametrize("script", ["quickstart.py"])
+def test_example_runs(script: str) -> None:
+    completed = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    out = completed.stdout
+    assert "valid: no issues" in out
+    assert "run failed failedType=before_barrier" in out
+    assert "combat_rag=skipped(condition_false)" in out
+    assert "art.world_state v4" in out
+    assert "[2 variants]" in out
