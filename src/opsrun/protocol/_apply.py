@@ -1,0 +1,252 @@
+"""apply_plan: validate, snapshot, apply atomically, check, and roll back on any failure.
+
+The sequence is: validate (APPLY mode) → lock ``<root>/.opsrun`` and finish any
+interrupted transaction → read every touched path (the snapshot) and compute the
+new state of each → write the snapshot to the journal → apply in canonical order
+with atomic writes → run the optional check → commit. Any failure after the
+journal is written rolls the tree back to the snapshot before the error is
+raised; a crash at any point is finished by :func:`opsrun.protocol.recover`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import subprocess
+from collections.abc import Callable, Collection, Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from opsrun.errors import ApplyError, OpsrunError
+
+from ._fs import FileSystem, PathState, Tree
+from ._journal import Journal, after_state, begin, open_locked, rollback
+from ._limits import PathPolicy, PlanLimits
+from ._plan import ActionKind, Plan
+from ._preview import Change, plan_changes, validation_errors, violations_error
+
+__all__ = ["ApplyResult", "CheckCommand", "apply_plan"]
+
+#: A check: an argv list run in the root, or a callable given the root that returns
+#: ``False`` or raises to fail.
+CheckCommand = Sequence[str] | Callable[[Path], object]
+
+_DELETES = frozenset({ActionKind.DELETE_FILE, ActionKind.DELETE_DIR})
+_OUTPUT_TAIL = 4000
+
+
+class ApplyResult(BaseModel):
+    """A committed transaction."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tx_id: str = Field(description="Journal id; undo() reverts this transaction.")
+    changed: tuple[str, ...] = Field(description="Paths written, created or deleted, in order.")
+    check_returncode: int | None = Field(
+        default=None, description="Exit status of an argv check; None when none ran."
+    )
+    check_output: str = Field(default="", description="Tail of the check's stdout and stderr.")
+
+
+def _snapshot(tree: Tree, changes: list[Change]) -> dict[str, PathState]:
+    """Old state of every path the changes touch, parents created on the way included."""
+    states: dict[str, PathState] = {}
+    for change in changes:
+        path = change.action.path
+        if change.after.kind in ("file", "dir"):
+            segments = path.split("/")
+            for n in range(1, len(segments)):
+                parent = "/".join(segments[:n])
+                if parent not in states:
+                    states[parent] = tree.state(parent, read=False)
+        for sub, state in change.removed:
+            states.setdefault(sub, state)
+        states.setdefault(path, change.before)
+    return {p: s for p, s in states.items() if not (s.kind == "dir" and p not in _touched(changes))}
+
+
+def _touched(changes: list[Change]) -> set[str]:
+    paths = {c.action.path for c in changes}
+    for change in changes:
+        paths.update(sub for sub, _ in change.removed)
+    return paths
+
+
+def _execute(tree: Tree, journal: Journal, changes: list[Change]) -> list[str]:
+    done: list[str] = []
+    for change in changes:
+        path, before, after = change.action.path, change.before, change.after
+        if change.removed:
+            for sub, _ in reversed(change.removed):
+                tree.remove(sub)
+        elif after.kind == "file":
+            tree.write(path, after.data or b"", after.mode, temp=journal.temp_name())
+        elif after.kind == "dir":
+            if before.kind == "dir":
+                continue
+            tree.mkdir(path, after.mode)
+        elif before.kind == "none":
+            continue
+        else:
+            tree.remove(path)
+        done.append(path)
+    return done
+
+
+def _run_check(check: CheckCommand, root: Path, timeout: float) -> tuple[int | None, str]:
+    """Run the check; return (returncode, output) or raise ApplyError(ERR_CHECK_FAILED)."""
+    if callable(check):
+        try:
+            ok = check(root)
+        except Exception as exc:
+            raise ApplyError(
+                f"the check raised {exc!r}", code="ERR_CHECK_FAILED", details={"error": repr(exc)}
+            ) from exc
+        if ok is False:
+            raise ApplyError("the check returned False", code="ERR_CHECK_FAILED")
+        return None, ""
+    argv = shlex.split(check) if isinstance(check, str) else list(check)
+    try:
+        done = subprocess.run(
+            argv,
+            cwd=root,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        out = (exc.output or b"").decode("utf-8", "replace")[-_OUTPUT_TAIL:]
+        raise ApplyError(
+            f"the check {argv[:1]} timed out after {timeout:g}s",
+            code="ERR_CHECK_FAILED",
+            details={"argv": argv, "timed_out": True, "output": out},
+        ) from exc
+    except OSError as exc:
+        raise ApplyError(
+            f"the check {argv[:1]} could not start: {exc.strerror or exc}",
+            code="ERR_CHECK_FAILED",
+            details={"argv": argv, "error": str(exc)},
+        ) from exc
+    output = done.stdout.decode("utf-8", "replace")[-_OUTPUT_TAIL:]
+    if done.returncode != 0:
+        raise ApplyError(
+            f"the check {argv[:1]} exited with status {done.returncode}",
+            code="ERR_CHECK_FAILED",
+            details={"argv": argv, "returncode": done.returncode, "output": output},
+        )
+    return done.returncode, output
+
+
+def _as_apply_error(exc: BaseException) -> ApplyError:
+    if isinstance(exc, ApplyError):
+        return exc
+    if isinstance(exc, OpsrunError):
+        return ApplyError(exc.message, code=exc.code, details=exc.details)
+    if isinstance(exc, OSError):
+        return ApplyError(
+            f"file system error: {exc.strerror or exc}",
+            code="ERR_IO",
+            details={"errno": exc.errno, "error": str(exc)},
+        )
+    return ApplyError(f"unexpected error: {exc!r}", code="ERR_APPLY_FAILED")
+
+
+def apply_plan(
+    plan: Plan,
+    root: str | os.PathLike[str],
+    check: CheckCommand | None = None,
+    *,
+    allow_delete: bool = False,
+    check_timeout: float = 600.0,
+    read_paths: Collection[str] | None = None,
+    limits: PlanLimits | None = None,
+    policy: PathPolicy | None = None,
+    fs: FileSystem | None = None,
+) -> ApplyResult:
+    """Apply ``plan`` to the directory ``root`` as one transaction.
+
+    Args:
+        plan: A parsed plan.
+        root: The project directory.
+        check: Optional check run after the changes (argv list with ``cwd=root``, or a
+            callable given the root); a failure rolls everything back.
+        allow_delete: The user's confirmation for DELETE_FILE / DELETE_DIR actions.
+        check_timeout: Seconds an argv check may run.
+        read_paths: Files read during PLAN (for the UPDATE-without-base rule).
+        limits: Validation limits.
+        policy: Path policy.
+        fs: The file-system door (tests inject faults here).
+
+    Returns:
+        The committed transaction; :func:`opsrun.protocol.undo` reverts it.
+
+    Raises:
+        ApplyError: always this class, with the code of what went wrong: the first
+            validation violation's code (all in ``details["violations"]``),
+            ``ERR_DELETE_NOT_CONFIRMED``, ``ERR_BASE_MISMATCH`` / ``ERR_PATCH_*`` /
+            ``ERR_RANGE_INVALID`` / ``ERR_NON_UTF8_FILE`` (nothing written),
+            ``ERR_PATH_SYMLINK`` / ``ERR_PATH_ESCAPES_ROOT`` / ``ERR_PATH_PROTECTED``,
+            ``ERR_CHECK_FAILED``, ``ERR_IO``, ``ERR_TX_BUSY``. The tree is back to its
+            old state, except with ``ERR_ROLLBACK_FAILED``: then call ``recover(root)``.
+    """
+    blocking = validation_errors(plan, root, read_paths, limits, policy)
+    if blocking:
+        raise violations_error(ApplyError, blocking)
+    deletes = [a.path for a in plan.actions if a.kind in _DELETES]
+    if deletes and not allow_delete:
+        raise ApplyError(
+            f"the plan deletes {len(deletes)} path(s) ({deletes[0]!r}…); "
+            "deletes need allow_delete=True (the user's confirmation)",
+            code="ERR_DELETE_NOT_CONFIRMED",
+            details={"paths": deletes},
+        )
+    try:
+        tree = Tree(fs or FileSystem(), root)
+    except OSError as exc:
+        raise _as_apply_error(exc) from exc
+    journal: Journal | None = None
+    lock_fd: int | None = None
+    try:
+        lock_fd, _ = open_locked(tree)
+        changes = plan_changes(tree, plan)
+        states = _snapshot(tree, changes)
+        journal = begin(tree, states, lock_fd)
+        changed = _execute(tree, journal, changes)
+        returncode, output = (
+            (None, "")
+            if check is None
+            else (_run_check(check, Path(os.fspath(root)), check_timeout))
+        )
+        journal.set_status("committed", after=after_state(tree, states))
+        return ApplyResult(
+            tx_id=journal.tx_id,
+            changed=tuple(changed),
+            check_returncode=returncode,
+            check_output=output,
+        )
+    except BaseException as exc:
+        error = _as_apply_error(exc)
+        if journal is not None:
+            try:
+                rollback(journal, lambda e: states[e.path].data or b"")
+            except BaseException as again:
+                raise ApplyError(
+                    f"{error.message}; rolling back failed too ({again!r}): "
+                    "call recover(root) to finish it",
+                    code="ERR_ROLLBACK_FAILED",
+                    details={"cause": error.to_dict(), "rollback_error": repr(again)},
+                ) from exc
+            # If this fails the journal still says "prepared"; recover() rolls back again.
+            with contextlib.suppress(OSError):
+                journal.set_status("rolled_back")
+        if not isinstance(exc, Exception):
+            raise
+        raise error from exc
+    finally:
+        if lock_fd is not None:
+            tree.fs.close(lock_fd)
+        tree.close()

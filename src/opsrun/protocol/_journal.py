@@ -1,0 +1,357 @@
+"""The transaction journal under ``<root>/.opsrun/``: begin, commit, roll back, recover, undo.
+
+Layout::
+
+    .opsrun/lock                      advisory lock held while a transaction runs
+    .opsrun/current                   id of the newest transaction
+    .opsrun/tx/<id>/manifest.json     status, the touched paths and their old state
+    .opsrun/tx/<id>/blobs/<n>         old bytes of each touched file
+
+Every touched path's old state is durable before the first change. Rolling back
+is idempotent (each step compares what is there with what should be), so it may
+be interrupted and run again; :func:`recover` runs it for any transaction that
+was neither committed nor rolled back. Temporary files carry the transaction id
+in their name, so recovery can find and remove those a crash left behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from opsrun.errors import ApplyError
+
+from ._fs import FileSystem, PathState, Tree
+
+__all__ = ["Journal", "TransactionOutcome", "recover", "undo"]
+
+JOURNAL_DIR = ".opsrun"
+_CURRENT = f"{JOURNAL_DIR}/current"
+_LOCK = f"{JOURNAL_DIR}/lock"
+_TX = f"{JOURNAL_DIR}/tx"
+
+Status = Literal["prepared", "committed", "rolled_back", "undoing", "undone"]
+
+
+class TransactionOutcome(BaseModel):
+    """What :func:`recover` or :func:`undo` did."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tx_id: str | None = Field(description="The transaction concerned; None when there was none.")
+    outcome: Literal["nothing", "rolled_back", "undone"] = Field(
+        description="nothing to do, an interrupted transaction was rolled back, or undo finished."
+    )
+
+
+class _Entry(BaseModel):
+    path: str
+    kind: Literal["none", "dir", "file"]
+    mode: int = 0
+    blob: str | None = None
+
+
+class _Manifest(BaseModel):
+    version: int = 1
+    tx_id: str
+    status: Status
+    entries: list[_Entry]
+    after: dict[str, str] = Field(default_factory=dict)
+
+
+def _depth(path: str) -> int:
+    return path.count("/")
+
+
+def fingerprint(state: PathState) -> str:
+    """Return a compact description of a path's state, for undo's safety check."""
+    if state.kind == "file":
+        digest = hashlib.sha256(state.data or b"").hexdigest()
+        return f"file:{state.mode:o}:{digest}"
+    return state.kind
+
+
+@dataclass
+class Journal:
+    """An open transaction's journal."""
+
+    tree: Tree
+    manifest: _Manifest
+    lock_fd: int | None = None
+
+    @property
+    def tx_id(self) -> str:
+        """The transaction id."""
+        return self.manifest.tx_id
+
+    @property
+    def temp_prefix(self) -> str:
+        """Prefix of every temporary file this transaction creates."""
+        return f".opsrun-{self.tx_id}-"
+
+    def temp_name(self) -> str:
+        """A fresh temporary file name for an atomic write."""
+        return f"{self.temp_prefix}{secrets.token_hex(6)}.tmp"
+
+    def _dir(self) -> str:
+        return f"{_TX}/{self.tx_id}"
+
+    def _save(self) -> None:
+        data = self.manifest.model_dump_json().encode()
+        self.tree.write(
+            f"{self._dir()}/manifest.json", data, 0o600, temp=self.temp_name(), journal=True
+        )
+
+    def set_status(self, status: Status, after: dict[str, str] | None = None) -> None:
+        """Record a new status durably."""
+        update: dict[str, object] = {"status": status}
+        if after is not None:
+            update["after"] = after
+        self.manifest = self.manifest.model_copy(update=update)
+        self._save()
+
+    def blob(self, entry: _Entry) -> bytes:
+        """Read back the old bytes of a file entry."""
+        state = self.tree.state(f"{self._dir()}/blobs/{entry.blob}", journal=True)
+        if state.data is None:
+            raise ApplyError(
+                f"journal blob {entry.blob} for {entry.path!r} is missing",
+                code="ERR_JOURNAL_CORRUPT",
+                details={"tx_id": self.tx_id, "path": entry.path},
+            )
+        return state.data
+
+    def close(self) -> None:
+        """Release the lock (closing its descriptor)."""
+        if self.lock_fd is not None:
+            self.tree.fs.close(self.lock_fd)
+            self.lock_fd = None
+
+
+def lock(tree: Tree) -> int:
+    """Take the root's transaction lock and return its descriptor.
+
+    Raises:
+        ApplyError: ``ERR_TX_BUSY`` when another transaction holds it.
+    """
+    tree.mkdir(JOURNAL_DIR, 0o755, journal=True)
+    found = tree.parent(_LOCK, journal=True)
+    assert found is not None
+    dir_fd, leaf = found
+    try:
+        fd = tree.fs.open(
+            leaf, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600, dir_fd=dir_fd
+        )
+    finally:
+        tree.fs.close(dir_fd)
+    try:
+        if not tree.fs.lock(fd):
+            raise ApplyError(
+                f"another transaction is running in {tree.root}",
+                code="ERR_TX_BUSY",
+                details={"root": tree.root},
+            )
+    except BaseException:
+        tree.fs.close(fd)
+        raise
+    return fd
+
+
+def begin(tree: Tree, states: dict[str, PathState], lock_fd: int) -> Journal:
+    """Write the old state of every touched path durably and make it the current transaction."""
+    tx_id = secrets.token_hex(8)
+    entries: list[_Entry] = []
+    journal = Journal(tree, _Manifest(tx_id=tx_id, status="prepared", entries=[]), lock_fd)
+    for n, (path, state) in enumerate(states.items()):
+        blob = None
+        if state.kind == "file":
+            blob = str(n)
+            tree.write(
+                f"{_TX}/{tx_id}/blobs/{blob}",
+                state.data or b"",
+                0o600,
+                temp=journal.temp_name(),
+                journal=True,
+            )
+        entries.append(_Entry(path=path, kind=state.kind, mode=state.mode, blob=blob))
+    journal.manifest = journal.manifest.model_copy(update={"entries": entries})
+    journal.set_status("prepared")
+    tree.write(_CURRENT, tx_id.encode(), 0o600, temp=journal.temp_name(), journal=True)
+    _prune(tree, keep=tx_id)
+    return journal
+
+
+def _prune(tree: Tree, keep: str) -> None:
+    """Remove the journals of older transactions (best effort: leftovers are harmless)."""
+    for name in tree.listdir(_TX, journal=True):
+        if name == keep:
+            continue
+        try:
+            for sub, _ in reversed(tree.walk(f"{_TX}/{name}", journal=True)):
+                tree.remove(sub, journal=True)
+        except (OSError, ApplyError):
+            return
+
+
+def rollback(journal: Journal, data: Callable[[_Entry], bytes] | None = None) -> None:
+    """Put every touched path back as it was; safe to run again after an interruption."""
+    tree = journal.tree
+    entries = journal.manifest.entries
+    read = data or journal.blob
+    parents = sorted({e.path.rpartition("/")[0] for e in entries})
+    for parent in parents:
+        for name in tree.listdir(parent):
+            if name.startswith(journal.temp_prefix):
+                tree.remove(f"{parent}/{name}" if parent else name)
+    for entry in sorted(entries, key=lambda e: -_depth(e.path)):
+        stale_file = entry.kind == "dir" and tree.state(entry.path, read=False).kind == "file"
+        if entry.kind == "none" or stale_file:
+            tree.remove(entry.path)
+    for entry in sorted(entries, key=lambda e: _depth(e.path)):
+        if entry.kind == "dir":
+            tree.mkdir(entry.path, entry.mode)
+        elif entry.kind == "file":
+            old = read(entry)
+            now = tree.state(entry.path)
+            if now.kind == "dir":
+                _remove_tree(tree, entry.path)
+            elif now.kind == "file" and now.data == old and now.mode == entry.mode:
+                continue
+            tree.write(entry.path, old, entry.mode, temp=journal.temp_name())
+
+
+def _remove_tree(tree: Tree, path: str) -> None:
+    for sub, _ in reversed(tree.walk(path)):
+        tree.remove(sub)
+
+
+def after_state(tree: Tree, paths: Iterable[str]) -> dict[str, str]:
+    """Fingerprint the given paths as they are now."""
+    return {p: fingerprint(tree.state(p)) for p in paths}
+
+
+def _open(tree: Tree, lock_fd: int) -> Journal | None:
+    current = tree.state(_CURRENT, journal=True)
+    if current.kind != "file" or not current.data:
+        return None
+    tx_id = current.data.decode("ascii", "replace").strip()
+    raw = tree.state(f"{_TX}/{tx_id}/manifest.json", journal=True)
+    if raw.kind != "file" or raw.data is None:
+        return None
+    try:
+        manifest = _Manifest.model_validate(json.loads(raw.data))
+    except ValueError as exc:
+        raise ApplyError(
+            f"the journal of transaction {tx_id} is unreadable: {exc}",
+            code="ERR_JOURNAL_CORRUPT",
+            details={"tx_id": tx_id},
+        ) from exc
+    return Journal(tree, manifest, lock_fd)
+
+
+def _finish_pending(journal: Journal) -> TransactionOutcome:
+    status = journal.manifest.status
+    if status == "prepared":
+        rollback(journal)
+        journal.set_status("rolled_back")
+        return TransactionOutcome(tx_id=journal.tx_id, outcome="rolled_back")
+    if status == "undoing":
+        rollback(journal)
+        journal.set_status("undone")
+        return TransactionOutcome(tx_id=journal.tx_id, outcome="undone")
+    return TransactionOutcome(tx_id=journal.tx_id, outcome="nothing")
+
+
+def open_locked(tree: Tree) -> tuple[int, TransactionOutcome]:
+    """Lock the root and finish any interrupted transaction; return the lock and what was done."""
+    lock_fd = lock(tree)
+    try:
+        journal = _open(tree, lock_fd)
+        outcome = (
+            TransactionOutcome(tx_id=None, outcome="nothing")
+            if journal is None
+            else _finish_pending(journal)
+        )
+    except BaseException:
+        tree.fs.close(lock_fd)
+        raise
+    return lock_fd, outcome
+
+
+def _io(action: str, exc: OSError) -> ApplyError:
+    return ApplyError(
+        f"{action} failed: {exc.strerror or exc}",
+        code="ERR_IO",
+        details={"errno": exc.errno, "error": str(exc)},
+    )
+
+
+def recover(root: str | os.PathLike[str], *, fs: FileSystem | None = None) -> TransactionOutcome:
+    """Bring an interrupted transaction in ``root`` back to the old tree.
+
+    A transaction that committed is left as it is (the new tree); one that did not
+    is rolled back (the old tree); an interrupted :func:`undo` is finished. Safe to
+    call at any time and again after it fails.
+
+    Raises:
+        ApplyError: ``ERR_TX_BUSY`` while another transaction runs, ``ERR_IO`` when
+            the file system fails (call again), ``ERR_JOURNAL_CORRUPT``.
+    """
+    tree = Tree(fs or FileSystem(), root)
+    try:
+        lock_fd, outcome = open_locked(tree)
+        tree.fs.close(lock_fd)
+        return outcome
+    except OSError as exc:
+        raise _io("recover", exc) from exc
+    finally:
+        tree.close()
+
+
+def undo(root: str | os.PathLike[str], *, fs: FileSystem | None = None) -> TransactionOutcome:
+    """Revert the last committed transaction in ``root``.
+
+    Raises:
+        ApplyError: ``ERR_NOTHING_TO_UNDO`` when the last transaction is not a
+            committed one; ``ERR_UNDO_CONFLICT`` when a touched path changed since
+            (nothing is reverted then); ``ERR_TX_BUSY``; ``ERR_IO`` (an undo cut short
+            is finished by :func:`recover`).
+    """
+    tree = Tree(fs or FileSystem(), root)
+    try:
+        lock_fd, _ = open_locked(tree)
+        try:
+            journal = _open(tree, lock_fd)
+            if journal is None or journal.manifest.status != "committed":
+                raise ApplyError(
+                    "there is no committed transaction to undo",
+                    code="ERR_NOTHING_TO_UNDO",
+                    details={"status": None if journal is None else journal.manifest.status},
+                )
+            after = journal.manifest.after
+            now = after_state(tree, after)
+            changed = sorted(p for p, f in after.items() if now[p] != f)
+            if changed:
+                raise ApplyError(
+                    f"cannot undo: {len(changed)} path(s) changed since the transaction, "
+                    f"first {changed[0]!r}",
+                    code="ERR_UNDO_CONFLICT",
+                    details={"tx_id": journal.tx_id, "paths": changed},
+                )
+            journal.set_status("undoing")
+            rollback(journal)
+            journal.set_status("undone")
+            return TransactionOutcome(tx_id=journal.tx_id, outcome="undone")
+        finally:
+            tree.fs.close(lock_fd)
+    except OSError as exc:
+        raise _io("undo", exc) from exc
+    finally:
+        tree.close()
