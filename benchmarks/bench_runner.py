@@ -29,9 +29,9 @@ from opsrun.model import (
     ProfileOperation,
     RunRequest,
 )
+from opsrun.ports import MainLlmDone, MainLlmRequest
 from opsrun.runner import OperationCatalog, OperationContext, Runner
 from opsrun.stores import InMemoryStores
-from opsrun.ports import MainLlmDone, MainLlmRequest
 from opsrun.testing import ScriptedMainLlm
 
 
@@ -47,11 +47,15 @@ class QuietMainLlm:
     def stream(self, request: MainLlmRequest) -> AsyncIterator[str | MainLlmDone]:
         return self._reply()
 
+
 QUICK = "--quick" in sys.argv
 
 
 def build(
-    n: int, *, chain: bool = False, body: Callable[[OperationContext], Awaitable[None]] | None = None
+    n: int,
+    *,
+    chain: bool = False,
+    body: Callable[[OperationContext], Awaitable[None]] | None = None,
 ) -> tuple[Runner, InMemoryStores]:
     stores = InMemoryStores()
     catalog = OperationCatalog()
@@ -72,7 +76,10 @@ def build(
             )
         )
     profile = OperationProfile(
-        profile_id="bench", name="bench", operation_profile_session_id="s", operations=tuple(entries)
+        profile_id="bench",
+        name="bench",
+        operation_profile_session_id="s",
+        operations=tuple(entries),
     )
     anyio.run(stores.profiles.save_profile, profile)
     runner = Runner(
