@@ -34,15 +34,17 @@ _ELISION = re.compile(
     # A comment (or a bare ellipsis) whose text says code was left out:
     #   // ... existing code ...      # rest of file unchanged
     #   <!-- ...remaining content --> /* previous implementation unchanged */
-    rf"^[ \t]*(?:{_COMMENT}[ \t]*{_DOTS}?|{_DOTS})[ \t]*(?:"
+    # Anchored on a literal "\n" (the text gets one prepended) so the engine can
+    # skip to line starts; the possessive indent and the look-ahead on the first
+    # character reject ordinary code lines at once. Only the words are case-blind.
+    rf"\n[ \t]*+(?=[-#/*<;%{{.…])(?i:(?:{_COMMENT}[ \t]*{_DOTS}?|{_DOTS})[ \t]*(?:"
     rf"{_DOTS}?[ \t]*(?:existing|remaining|previous|unchanged|original|same|other)[ \t]+{_WHAT}\b"
     rf"|(?:the[ \t]+)?(?:rest|remainder)[ \t]+of[ \t]+(?:the[ \t]+)?{_WHAT}\b"
     rf"|{_WHAT}[ \t]+(?:unchanged|omitted|elided|truncated|remains?[ \t]+(?:the[ \t]+)?same)\b"
     rf"|(?:omitted|truncated)[ \t]+for[ \t]+brevity\b"
     rf"|(?:everything|all)[ \t]+else[ \t]+(?:unchanged|stays|remains)\b"
     rf"|unchanged[ \t]*{_DOTS}"
-    r")",
-    re.IGNORECASE | re.MULTILINE,
+    r"))",
 )
 
 
@@ -62,11 +64,12 @@ def elision_line(text: str) -> str | None:
     Placeholders are comments (or bare ellipses) such as ``// ... existing code ...``
     or ``# rest of file unchanged``; ordinary code and a bare ``...`` are not.
     """
-    match = _ELISION.search(text)
+    match = _ELISION.search("\n" + text)
     if match is None:
         return None
-    end = text.find("\n", match.start())
-    return text[match.start() : end if end != -1 else len(text)].strip()
+    start = match.start()  # index of the line in text (the prepended "\n" shifts by one)
+    end = text.find("\n", start)
+    return text[start : end if end != -1 else len(text)].strip()
 
 
 def added_lines(patch: str) -> str:

@@ -29,8 +29,6 @@ from ._limits import PlanLimits
 __all__ = ["candidate_spans", "is_hostile", "loads_strict_json"]
 
 _STRUCTURAL = re.compile(r'[\[\]{}"]')
-# The rest of a string literal after its opening quote (unrolled loop: linear).
-_STRING_REST = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
 _FENCE_OPEN = re.compile(r"^[ \t]{0,3}(`{3,})[ \t]*([^`\r\n]*)\r?$", re.MULTILINE)
 
@@ -56,11 +54,11 @@ def check_depth(text: str, start: int, max_depth: int) -> None:
         char = match.group()
         pos = match.end()
         if char == '"':
-            # Each string is skipped once, so the scan stays linear.
-            rest = _STRING_REST.match(text, pos)
-            if rest is None:
+            # Skip the string: find the next quote not escaped by an odd run of
+            # backslashes. Each character is looked at a bounded number of times.
+            pos = _string_end(text, pos)
+            if pos < 0:
                 raise _invalid("unterminated JSON string", syntax_error_at=match.start())
-            pos = rest.end()
         elif char in "[{":
             depth += 1
             if depth > max_depth:
@@ -73,6 +71,22 @@ def check_depth(text: str, start: int, max_depth: int) -> None:
             depth -= 1
             if depth <= 0:
                 return
+
+
+def _string_end(text: str, pos: int) -> int:
+    """Return the index after the closing quote of a string whose body starts at ``pos``."""
+    while True:
+        quote = text.find('"', pos)
+        if quote < 0:
+            return -1
+        slashes = 0
+        k = quote - 1
+        while k >= pos and text[k] == "\\":
+            slashes += 1
+            k -= 1
+        if slashes % 2 == 0:
+            return quote + 1
+        pos = quote + 1
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from opsrun.errors import PlanError
 from ._jsonsafe import candidate_spans, is_hostile, loads_strict_json
 from ._limits import PlanLimits
 from ._plan import Action, ContextRequest, Plan
-from ._schemas import _check_version, schema_validator
+from ._schemas import _check_version, validator_for
 
 __all__ = ["json_pointer", "normalize_eol", "parse_plan", "plan_from_json"]
 
@@ -37,7 +37,7 @@ def json_pointer(parts: Iterable[str | int]) -> str:
 
 
 def _schema_error(version: int, value: Any) -> PlanError | None:
-    validator = schema_validator(_check_version(version))
+    validator = validator_for(_check_version(version), value)
     error = best_match(validator.iter_errors(value))
     if error is None:
         return None

@@ -33,7 +33,13 @@ from opsrun.errors import PlanError
 
 from ._memory import memory_patch_provider_schema
 
-__all__ = ["SCHEMA_FILES", "load_schema", "schema_hash", "schema_validator"]
+__all__ = [
+    "SCHEMA_FILES",
+    "load_schema",
+    "schema_hash",
+    "schema_validator",
+    "validator_for",
+]
 
 #: File name of each version's canonical schema inside ``opsrun.protocol.schemas``.
 SCHEMA_FILES: dict[int, str] = {1: "llm_response_schema.json", 2: "llm_response_schema_v2.json"}
@@ -130,6 +136,30 @@ def schema_validator(version: Literal[1, 2]) -> Draft202012Validator:
     schema = json.loads(_canonical(version))
     Draft202012Validator.check_schema(schema)
     return Draft202012Validator(schema)
+
+
+@functools.cache
+def _v1_branch(branch: Literal["actions", "response"]) -> Draft202012Validator:
+    schema = json.loads(_canonical(1))
+    del schema["oneOf"]
+    schema["$ref"] = f"#/$defs/{branch}"
+    return Draft202012Validator(schema)
+
+
+def validator_for(version: Literal[1, 2], value: object) -> Draft202012Validator:
+    """Return the validator to check ``value`` with.
+
+    v1's root ``oneOf`` (array or object) is decided here by the value's JSON
+    type, then the matching branch of the same canonical schema is checked.
+    This gives the same verdict as the root ``oneOf`` (the branches differ in
+    type) without jsonschema describing the failed branch, which costs a
+    ``repr`` of the whole answer.
+    """
+    if version == 1 and isinstance(value, list):
+        return _v1_branch("actions")
+    if version == 1 and isinstance(value, dict):
+        return _v1_branch("response")
+    return schema_validator(version)
 
 
 def _nullable(node: dict[str, Any]) -> dict[str, Any]:
