@@ -84,7 +84,7 @@ class TemplateLimits:
     block_nesting_limit: int = 30
     context_depth_limit: int = 30
     loop_iteration_limit: int = 50_000
-    max_total_loop_iterations: int = 200_000
+    max_total_loop_iterations: int = 100_000
     output_stream_limit: int = 2_000_000
     local_namespace_limit: int = 4_000_000
     max_string_length: int = 1_000_000
