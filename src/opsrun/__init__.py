@@ -9,6 +9,11 @@ from __future__ import annotations
 from ._profiles import BUILTIN_PARAMS_MODELS as BUILTIN_PARAMS_MODELS
 from ._profiles import ensure_valid_profile as ensure_valid_profile
 from ._profiles import validate_profile as validate_profile
+from ._redact import DEFAULT_REDACTOR as DEFAULT_REDACTOR
+from ._redact import Redactor as Redactor
+from ._redact import redact_text as redact_text
+from ._redact import redact_value as redact_value
+from ._redact import sha256_text as sha256_text
 from .errors import ApplyError as ApplyError
 from .errors import ArtifactConflict as ArtifactConflict
 from .errors import ConfigError as ConfigError
@@ -37,6 +42,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BUILTIN_PARAMS_MODELS",
+    "DEFAULT_REDACTOR",
     "ApplyError",
     "ArtifactConflict",
     "ConfigError",
@@ -54,6 +60,7 @@ __all__ = [
     "ProviderError",
     "ProviderTimeout",
     "RateLimited",
+    "Redactor",
     "ResponseFormatRejected",
     "RunError",
     "RunRequest",
@@ -61,5 +68,8 @@ __all__ = [
     "StoreError",
     "TemplateError",
     "ensure_valid_profile",
+    "redact_text",
+    "redact_value",
+    "sha256_text",
     "validate_profile",
 ]

@@ -17,6 +17,14 @@ from ._executor import DEFAULT_CONCURRENCY as DEFAULT_CONCURRENCY
 from ._executor import Executor as Executor
 from ._executor import InProcessExecutor as InProcessExecutor
 from ._executor import ThreadExecutor as ThreadExecutor
+from ._kind_llm import LlmOperation as LlmOperation
+from ._kind_template import TemplateOperation as TemplateOperation
+from ._kinds import TokenCounter as TokenCounter
+from ._kinds import approximate_tokens as approximate_tokens
+from ._kinds import builtin_kinds as builtin_kinds
+from ._liquid import TemplateCacheInfo as TemplateCacheInfo
+from ._liquid import TemplateEngine as TemplateEngine
+from ._liquid import TemplateLimits as TemplateLimits
 from ._operation import FunctionOperation as FunctionOperation
 from ._operation import Operation as Operation
 from ._operation import OperationCatalog as OperationCatalog
@@ -36,6 +44,7 @@ __all__ = [
     "Executor",
     "FunctionOperation",
     "InProcessExecutor",
+    "LlmOperation",
     "Operation",
     "OperationCatalog",
     "OperationContext",
@@ -44,10 +53,17 @@ __all__ = [
     "Runner",
     "SyncOperation",
     "SystemClock",
+    "TemplateCacheInfo",
+    "TemplateEngine",
+    "TemplateLimits",
+    "TemplateOperation",
     "ThreadExecutor",
+    "TokenCounter",
     "UuidIds",
     "apply_retention",
+    "approximate_tokens",
     "build_prompt",
+    "builtin_kinds",
     "commit_order",
     "next_artifact",
     "prompt_hash",
