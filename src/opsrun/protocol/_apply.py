@@ -221,7 +221,7 @@ def apply_plan(
             if check is None
             else (_run_check(check, Path(os.fspath(root)), check_timeout))
         )
-        journal.set_status("committed", after=after_state(tree, states))
+        journal.commit(after_state(tree, states))
         return ApplyResult(
             tx_id=journal.tx_id,
             changed=tuple(changed),

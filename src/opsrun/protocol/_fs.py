@@ -281,11 +281,21 @@ class Tree:
         finally:
             self.fs.close(fd)
 
-    def write(self, path: str, data: bytes, mode: int, *, temp: str, journal: bool = False) -> None:
+    def write(
+        self,
+        path: str,
+        data: bytes,
+        mode: int,
+        *,
+        temp: str,
+        journal: bool = False,
+        sync_dir: bool = True,
+    ) -> None:
         """Replace ``path`` atomically: temp file in the same directory, fsync, rename, fsync.
 
         Missing parent directories are created. ``temp`` names the temporary file so
-        that recovery can find and remove it after a crash.
+        that recovery can find and remove it after a crash. With ``sync_dir=False``
+        the caller syncs the directory itself (see :meth:`sync_parent`).
         """
         found = self.parent(path, create=True, journal=journal)
         assert found is not None  # create=True never reports a missing parent
@@ -308,6 +318,18 @@ class Tree:
             finally:
                 self.fs.close(file_fd)
             self.fs.rename(temp, leaf, dir_fd=fd)
+            if sync_dir:
+                self.fs.fsync(fd)
+        finally:
+            self.fs.close(fd)
+
+    def sync_parent(self, path: str, *, journal: bool = False) -> None:
+        """fsync the directory holding ``path``."""
+        found = self.parent(path, journal=journal)
+        if found is None:
+            return
+        fd, _ = found
+        try:
             self.fs.fsync(fd)
         finally:
             self.fs.close(fd)

@@ -16,6 +16,7 @@ in their name, so recovery can find and remove those a crash left behind.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -103,10 +104,15 @@ class Journal:
     def _dir(self) -> str:
         return f"{_TX}/{self.tx_id}"
 
-    def _save(self) -> None:
+    def _save(self, *, sync_dir: bool = True) -> None:
         data = self.manifest.model_dump_json().encode()
         self.tree.write(
-            f"{self._dir()}/manifest.json", data, 0o600, temp=self.temp_name(), journal=True
+            f"{self._dir()}/manifest.json",
+            data,
+            0o600,
+            temp=self.temp_name(),
+            journal=True,
+            sync_dir=sync_dir,
         )
 
     def set_status(self, status: Status, after: dict[str, str] | None = None) -> None:
@@ -116,6 +122,18 @@ class Journal:
             update["after"] = after
         self.manifest = self.manifest.model_copy(update=update)
         self._save()
+
+    def commit(self, after: dict[str, str]) -> None:
+        """Record the commit; once its rename is done the transaction counts as committed.
+
+        The directory fsync that follows is best effort: if it fails, the caller has
+        still seen the new tree and the journal on disk says so, and reporting a
+        failure then would contradict what :func:`recover` finds.
+        """
+        self.manifest = self.manifest.model_copy(update={"status": "committed", "after": after})
+        self._save(sync_dir=False)
+        with contextlib.suppress(OSError):
+            self.tree.sync_parent(f"{self._dir()}/manifest.json", journal=True)
 
     def blob(self, entry: _Entry) -> bytes:
         """Read back the old bytes of a file entry."""
@@ -304,7 +322,10 @@ def recover(root: str | os.PathLike[str], *, fs: FileSystem | None = None) -> Tr
         ApplyError: ``ERR_TX_BUSY`` while another transaction runs, ``ERR_IO`` when
             the file system fails (call again), ``ERR_JOURNAL_CORRUPT``.
     """
-    tree = Tree(fs or FileSystem(), root)
+    try:
+        tree = Tree(fs or FileSystem(), root)
+    except OSError as exc:
+        raise _io("recover", exc) from exc
     try:
         lock_fd, outcome = open_locked(tree)
         tree.fs.close(lock_fd)
@@ -324,7 +345,10 @@ def undo(root: str | os.PathLike[str], *, fs: FileSystem | None = None) -> Trans
             (nothing is reverted then); ``ERR_TX_BUSY``; ``ERR_IO`` (an undo cut short
             is finished by :func:`recover`).
     """
-    tree = Tree(fs or FileSystem(), root)
+    try:
+        tree = Tree(fs or FileSystem(), root)
+    except OSError as exc:
+        raise _io("undo", exc) from exc
     try:
         lock_fd, _ = open_locked(tree)
         try:

@@ -138,6 +138,8 @@ def plan_changes(tree: Tree, plan: Plan) -> list[Change]:
 def _lines(state: PathState) -> list[str] | None:
     if state.kind != "file":
         return []
+    if b"\0" in (state.data or b""):
+        return None
     try:
         return decode_text(state.data or b"").splitlines(keepends=True)
     except OpsrunError:
