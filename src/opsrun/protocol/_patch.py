@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from unidiff.errors import UnidiffParseError
 from unidiff.patch import PatchSet
@@ -171,8 +172,7 @@ def replace_range(
     return "\n".join(out) + ("\n" if lines.final_nl else "")
 
 
-@dataclass(frozen=True, slots=True)
-class _Hunk:
+class _Hunk(NamedTuple):
     """One hunk, ready to place: its pattern (old side) and its edit operations."""
 
     number: int
@@ -203,19 +203,14 @@ def _header_name(value: str) -> str:
     return name
 
 
-def _body_kind(line: str) -> str | None:
-    if not line or line[0] == "\t":
-        return " "
-    first = line[0]
-    return first if first in " +-\\" else None
-
-
 def _is_file_header(lines: list[str], i: int) -> bool:
     return lines[i].startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ ")
 
 
-def _collect_body(lines: list[str], start: int, old_h: int, new_h: int) -> tuple[list[str], int]:
-    """Return a hunk's normalised body lines and the index of the first line after it.
+def _collect_body(
+    lines: list[str], start: int, old_h: int, new_h: int
+) -> tuple[list[str], int, int, int]:
+    """Return a hunk's normalised body, the index after it, and its old and new counts.
 
     The body runs until a line that cannot belong to a hunk. When the header's counts
     describe the body with only trailing blank lines left over, the header wins;
@@ -224,36 +219,46 @@ def _collect_body(lines: list[str], start: int, old_h: int, new_h: int) -> tuple
     body: list[str] = []
     old = new = 0
     i = start
+    end = len(lines)
     fits: int | None = None  # body length at which the header's counts were exactly met
-    while i < len(lines):
+    while i < end:
         line = lines[i]
-        kind = _body_kind(line)
-        if kind is None or (old >= old_h and new >= new_h and _is_file_header(lines, i)):
-            break
-        if kind == "\\":
+        kind = line[:1]
+        if kind == " ":
+            old += 1
+            new += 1
+        elif kind == "-":
+            if old >= old_h and new >= new_h and _is_file_header(lines, i):
+                break
+            old += 1
+        elif kind == "+":
+            new += 1
+        elif kind == "" or kind == "\t":
+            line = " " + line
+            old += 1
+            new += 1
+        elif kind == "\\":
             if body and not body[-1].startswith("\\"):
                 body.append(_NO_NEWLINE)
+                if fits == len(body) - 1:
+                    fits = len(body)
             i += 1
-            if fits is not None and fits == len(body) - 1:
-                fits = len(body)
             continue
-        if not line or line[0] == "\t":
-            line = " " + line
+        else:
+            break
         body.append(line)
-        if kind != "+":
-            old += 1
-        if kind != "-":
-            new += 1
         if old == old_h and new == new_h:
             fits = len(body)
         i += 1
-    if fits is not None and all(s == " " for s in body[fits:]):
+    if fits is not None and fits < len(body) and all(s == " " for s in body[fits:]):
+        old -= len(body) - fits
+        new -= len(body) - fits
         del body[fits:]
-    return body, i
+    return body, i, old, new
 
 
-def _scan(patch: str) -> tuple[list[tuple[str, str]], list[str], str]:
-    """Check the patch's shape; return its file headers, hunk headers and normalised text.
+def _scan(patch: str) -> tuple[list[tuple[str, str]], list[str], list[list[str]], str]:
+    """Check the patch's shape; return file headers, hunk headers, hunk bodies, normalised text.
 
     Raises:
         PatchError: ``ERR_PATCH_NOT_UNIFIED`` for anything but one file's unified hunks.
@@ -261,11 +266,13 @@ def _scan(patch: str) -> tuple[list[tuple[str, str]], list[str], str]:
     lines = patch.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
-    lines = [s[:-1] if s.endswith("\r") else s for s in lines]
+    if "\r" in patch:
+        lines = [s[:-1] if s.endswith("\r") else s for s in lines]
     files: list[tuple[str, str]] = []
     git_files = 0
     out: list[str] = []
     headers: list[str] = []
+    bodies: list[list[str]] = []
     hunks = 0
     i = 0
     while i < len(lines):
@@ -289,16 +296,16 @@ def _scan(patch: str) -> tuple[list[tuple[str, str]], list[str], str]:
             headers.append(line.strip())
             old_h = 1 if m.group(2) is None else int(m.group(2))
             new_h = 1 if m.group(4) is None else int(m.group(4))
-            body, end = _collect_body(lines, i + 1, old_h, new_h)
-            old = sum(1 for s in body if s[0] in " -")
-            new = sum(1 for s in body if s[0] in " +")
-            if not any(s[0] in "+-" for s in body):
+            body, end, old, new = _collect_body(lines, i + 1, old_h, new_h)
+            markers = body.count(_NO_NEWLINE)
+            if old + new == 2 * (len(body) - markers):  # only context lines, or none at all
                 raise _not_unified(
                     f"hunk #{hunks} ({line.strip()}) changes nothing", hunk=hunks, header=line
                 )
             section = m.group(5)
             out.append(f"@@ -{m.group(1)},{old} +{m.group(3)},{new} @@{section}")
             out.extend(body)
+            bodies.append(body)
             i = end
             continue
         else:
@@ -325,31 +332,41 @@ def _scan(patch: str) -> tuple[list[tuple[str, str]], list[str], str]:
         )
     source, target = files[0] if files else ("a/file", "b/file")
     text = "\n".join([f"--- {source}", f"+++ {target}", *out]) + "\n"
-    return files, headers, text
+    return files, headers, bodies, text
 
 
 def _parse(patch: str) -> _Parsed:
-    files, headers, text = _scan(patch)
+    """Parse a patch: unidiff checks the normalised text and gives each hunk's place.
+
+    unidiff runs in its metadata mode (it validates every header and body line and
+    the counts, without building a ``Line`` object per line); the line texts are
+    taken from the same normalised bodies it has just validated.
+    """
+    files, headers, bodies, text = _scan(patch)
     try:
-        patch_set = PatchSet(text)
+        patch_set = PatchSet(text, metadata_only=True)
     except UnidiffParseError as exc:  # pragma: no cover - _scan hands over well-formed text
         raise _not_unified(f"the patch is not a unified diff: {exc}") from exc
-    if len(patch_set) != 1:  # pragma: no cover - _scan already counted the files
-        raise _not_unified("the patch must touch exactly one file")
+    if len(patch_set) != 1 or len(patch_set[0]) != len(bodies):  # pragma: no cover
+        raise _not_unified("the patch must hold one file's hunks")
     hunks: list[_Hunk] = []
-    for number, uhunk in enumerate(patch_set[0], start=1):
-        ops: list[tuple[str, str, bool]] = []
-        for uline in uhunk:
-            kind = uline.line_type
-            if kind in ("+", "-", " "):
-                value = uline.value
-                ops.append((kind, value[:-1] if value.endswith("\n") else value, False))
-            elif kind == "\\" and ops:
-                ops[-1] = (ops[-1][0], ops[-1][1], True)
+    for number, (uhunk, body) in enumerate(zip(patch_set[0], bodies, strict=True), start=1):
+        if _NO_NEWLINE in body:
+            ops: list[tuple[str, str, bool]] = []
+            for line in body:
+                if line[0] != "\\":
+                    ops.append((line[0], line[1:], False))
+                elif ops:
+                    ops[-1] = (ops[-1][0], ops[-1][1], True)
+        else:
+            ops = [(line[0], line[1:], False) for line in body]
         old = [text for kind, text, _ in ops if kind != "+"]
-        changes = [n for n, (kind, _, _) in enumerate(ops) if kind != " "]
-        prefix = changes[0]
-        suffix = len(ops) - 1 - changes[-1]
+        prefix = 0
+        while ops[prefix][0] == " ":
+            prefix += 1
+        suffix = 0
+        while ops[-1 - suffix][0] == " ":
+            suffix += 1
         header = headers[number - 1]
         first = uhunk.source_start + (0 if old else 1)
         hunks.append(_Hunk(number, header, first, old, tuple(ops), prefix, suffix))
