@@ -17,7 +17,7 @@ from opsrun.protocol._plan import Action, ActionKind, Plan
 from opsrun.protocol._preview import preview_plan
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _treeutil import make_project, picture, sample_plan
+from test_apply_helpers import make_project, picture, sample_plan
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from opsrun.protocol._fs import FaultyFileSystem
 from opsrun.protocol._journal import recover, undo
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _treeutil import make_project, picture, sample_plan, small_plan
+from test_apply_helpers import make_project, picture, sample_plan, small_plan
 
 PLANS = {"small": small_plan, "sample": sample_plan}
 Template = tuple[Path, dict[str, object], int]

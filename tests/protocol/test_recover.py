@@ -15,13 +15,13 @@ from opsrun.protocol._journal import recover, undo
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
-from _treeutil import make_project, picture, sample_plan  # noqa: E402
+from test_apply_helpers import make_project, picture, sample_plan  # noqa: E402
 
 CHILD = textwrap.dedent(
     """
     import os, signal, sys
     sys.path.insert(0, sys.argv[3])
-    from _treeutil import sample_plan
+    from test_apply_helpers import sample_plan
     from opsrun.protocol._apply import apply_plan
     from opsrun.protocol._fs import FileSystem
 

@@ -1,4 +1,4 @@
-"""Helpers shared by the apply tests: a sample project and a byte-level tree picture."""
+"""Helpers shared by the apply tests (no tests here): a sample project and a tree picture."""
 
 from __future__ import annotations
 
