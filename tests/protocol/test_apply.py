@@ -237,7 +237,6 @@ def test_tree_refuses_links_even_without_validation(project: Path, outside: Path
             assert info.value.code in {"ERR_PATH_ESCAPES_ROOT", "ERR_PATH_PROTECTED"}
     finally:
         tree.close()
-    assert picture(outside) == {"secret.txt": ("file", 0o644, b"keep\n")} or True
     assert (outside / "secret.txt").read_text() == "keep\n"
     assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
 
