@@ -77,12 +77,18 @@ class _Failed:
 async def _pump(
     events: AsyncIterable[RunEvent], send: MemoryObjectSendStream[RunEvent | _Failed]
 ) -> None:
+    iterator = aiter(events)
     async with send:
         try:
-            async for event in events:
+            async for event in iterator:
                 await send.send(event)
         except Exception as exc:  # handed to the consumer, re-raised there
             await send.send(_Failed(exc))
+        finally:
+            aclose = getattr(iterator, "aclose", None)
+            if aclose is not None:
+                with anyio.CancelScope(shield=True):  # even when the stream was closed early
+                    await aclose()
 
 
 async def sse_stream(
@@ -92,7 +98,8 @@ async def sse_stream(
 
     A keep-alive is sent after ``keepalive_s`` seconds without output, and again every
     ``keepalive_s`` seconds while the source stays idle. The stream ends when the source
-    ends. A helper task reads the source so that waiting for a keep-alive never cancels
+    ends; the source is closed (``aclose``, when it has one) however the stream ends. A
+    helper task reads the source so that waiting for a keep-alive never cancels
     it; like any async generator that holds a task group, iterate it from one task to the
     end or close it with ``contextlib.aclosing`` (web frameworks do both).
 
@@ -119,13 +126,16 @@ async def sse_stream(
                             item = await receive.receive()
                         except anyio.EndOfStream:
                             break
-                    if item is None:
-                        yield sse_comment()
-                    elif isinstance(item, _Failed):
+                    if isinstance(item, _Failed):
                         failure = item
                         break
-                    else:
-                        yield sse_event(item)
+                    chunk = sse_comment() if item is None else sse_event(item)
+                    try:
+                        yield chunk
+                    except GeneratorExit:
+                        # Closed early: stop the helper and leave the task group cleanly,
+                        # rather than letting it wrap GeneratorExit in an exception group.
+                        break
         finally:
             tg.cancel_scope.cancel()
     if failure is not None:
