@@ -3,6 +3,9 @@
 ``opsrun plan check FILE`` parses and validates an LLM plan answer. Exit codes:
 0 when the plan is valid (warnings allowed), 1 when it has violations or does
 not parse, 2 for usage errors (bad arguments, unreadable file).
+
+``opsrun plan apply FILE --root DIR``, ``plan undo`` and ``plan recover`` apply a
+plan to a directory transactionally (exit codes in docs/apply.md).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any, TextIO
 
 from opsrun.errors import PlanError
 from opsrun.protocol import Violation, parse_plan, validate_plan
+from opsrun.protocol._apply_cli import add_apply_commands
 
 __all__ = ["build_parser", "main"]
 
@@ -57,6 +61,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, Any]:
     check.add_argument("--root", metavar="DIR", help="Project directory for file-system rules.")
     check.add_argument("--json", action="store_true", help="Print the result as JSON.")
     check.set_defaults(handler=_plan_check)
+    add_apply_commands(plan_commands)
     return parser, plan_commands
 
 

@@ -8,7 +8,15 @@ or the variant derived for providers with strict structured outputs.
 
 from __future__ import annotations
 
+from ._apply import ApplyResult as ApplyResult
+from ._apply import CheckCommand as CheckCommand
+from ._apply import apply_plan as apply_plan
 from ._content import looks_like_unified_diff as looks_like_unified_diff
+from ._fs import FaultyFileSystem as FaultyFileSystem
+from ._fs import FileSystem as FileSystem
+from ._journal import TransactionOutcome as TransactionOutcome
+from ._journal import recover as recover
+from ._journal import undo as undo
 from ._limits import PathPolicy as PathPolicy
 from ._limits import PlanLimits as PlanLimits
 from ._limits import Violation as Violation
@@ -20,12 +28,18 @@ from ._memory import check_memory_patch as check_memory_patch
 from ._parse import normalize_eol as normalize_eol
 from ._parse import parse_plan as parse_plan
 from ._parse import plan_from_json as plan_from_json
+from ._patch import apply_patch as apply_patch
+from ._patch import check_base_sha256 as check_base_sha256
+from ._patch import replace_range as replace_range
+from ._patch import sha256_hex as sha256_hex
 from ._plan import Action as Action
 from ._plan import ActionKind as ActionKind
 from ._plan import ContextRequest as ContextRequest
 from ._plan import ContextRequestType as ContextRequestType
 from ._plan import Plan as Plan
 from ._plan import canonical_order as canonical_order
+from ._preview import DiffItem as DiffItem
+from ._preview import preview_plan as preview_plan
 from ._schemas import load_schema as load_schema
 from ._schemas import schema_hash as schema_hash
 from ._validate import NO_CHANGES_PREFIX as NO_CHANGES_PREFIX
@@ -36,22 +50,36 @@ __all__ = [
     "NO_CHANGES_PREFIX",
     "Action",
     "ActionKind",
+    "ApplyResult",
+    "CheckCommand",
     "ContextRequest",
     "ContextRequestType",
+    "DiffItem",
+    "FaultyFileSystem",
+    "FileSystem",
     "PathPolicy",
     "Plan",
     "PlanLimits",
     "ProjectPrefs",
+    "TransactionOutcome",
     "UserPrefs",
     "Violation",
     "apply_memory_patch",
+    "apply_patch",
+    "apply_plan",
     "canonical_order",
+    "check_base_sha256",
     "check_memory_patch",
     "load_schema",
     "looks_like_unified_diff",
     "normalize_eol",
     "parse_plan",
     "plan_from_json",
+    "preview_plan",
+    "recover",
+    "replace_range",
     "schema_hash",
+    "sha256_hex",
+    "undo",
     "validate_plan",
 ]
