@@ -42,3 +42,18 @@ def test_example_runs(script: str) -> None:
     assert "combat_rag=skipped(condition_false)" in out
     assert "art.world_state v4" in out
     assert "[2 variants]" in out
+
+
+def test_plan_apply_example_runs() -> None:
+    completed = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "plan_apply.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    out = completed.stdout
+    assert "apply failed with ERR_CHECK_FAILED; rolled back: True" in out
+    assert "applied: app.py, NOTES.md; check exit 0" in out
+    assert "undo restores the original tree: True" in out
