@@ -109,7 +109,8 @@ def with_history(*, keep: int = 7, system: str = "S:sys", **inserted: str) -> li
 FORMS: list[tuple[str, dict[str, Any], list[str], str]] = [
     ("append_after_last_user", {"mode": "append_after_last_user"},
      with_history(after_m6="D:X"), "after:m6"),
-    ("prepend_system", {"mode": "prepend_system"}, with_history(system="S:X\n\nsys"), "system:start"),
+    ("prepend_system", {"mode": "prepend_system"},
+     with_history(system="S:X\n\nsys"), "system:start"),
     ("as_message", {"mode": "as_message"}, with_history(tail="D:X"), "tail"),
     ("system insert at end", {"mode": "as_message", "target": "system"},
      with_history(system="S:sys\n\nX"), "system:end"),

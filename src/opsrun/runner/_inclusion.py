@@ -328,7 +328,8 @@ class _History:
             if role == "any":
                 found = list(range(len(self.full)))
             else:
-                found = [i for i, m in enumerate(self.full) if m.role.value == role]
+                wanted = ChatRole(role)
+                found = [i for i, m in enumerate(self.full) if m.role is wanted]
             self._by_role[role] = found
         return found
 
