@@ -17,6 +17,12 @@ from ._executor import DEFAULT_CONCURRENCY as DEFAULT_CONCURRENCY
 from ._executor import Executor as Executor
 from ._executor import InProcessExecutor as InProcessExecutor
 from ._executor import ThreadExecutor as ThreadExecutor
+from ._inclusion import InclusionPlan as InclusionPlan
+from ._inclusion import InclusionRecord as InclusionRecord
+from ._inclusion import assemble_prompt as assemble_prompt
+from ._inclusion import expand_inclusion as expand_inclusion
+from ._inclusion import plan_inclusions as plan_inclusions
+from ._inclusion import select_versions as select_versions
 from ._kind_llm import LlmOperation as LlmOperation
 from ._kind_template import TemplateOperation as TemplateOperation
 from ._kinds import TokenCounter as TokenCounter
@@ -36,6 +42,14 @@ from ._prompt import to_provider_messages as to_provider_messages
 from ._runner import Runner as Runner
 from ._runner import SystemClock as SystemClock
 from ._runner import UuidIds as UuidIds
+from ._sse import sse_comment as sse_comment
+from ._sse import sse_event as sse_event
+from ._sse import sse_stream as sse_stream
+from ._window import HistoryWindow as HistoryWindow
+from ._window import TrimmedMessage as TrimmedMessage
+from ._window import TrimReason as TrimReason
+from ._window import TrimResult as TrimResult
+from ._window import trim_history as trim_history
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -43,7 +57,10 @@ __all__ = [
     "EventLog",
     "Executor",
     "FunctionOperation",
+    "HistoryWindow",
     "InProcessExecutor",
+    "InclusionPlan",
+    "InclusionRecord",
     "LlmOperation",
     "Operation",
     "OperationCatalog",
@@ -59,13 +76,24 @@ __all__ = [
     "TemplateOperation",
     "ThreadExecutor",
     "TokenCounter",
+    "TrimReason",
+    "TrimResult",
+    "TrimmedMessage",
     "UuidIds",
     "apply_retention",
     "approximate_tokens",
+    "assemble_prompt",
     "build_prompt",
     "builtin_kinds",
     "commit_order",
+    "expand_inclusion",
     "next_artifact",
+    "plan_inclusions",
     "prompt_hash",
+    "select_versions",
+    "sse_comment",
+    "sse_event",
+    "sse_stream",
     "to_provider_messages",
+    "trim_history",
 ]
