@@ -1,0 +1,334 @@
+"""Artifacts: versions, history, retention, run-only staging and optimistic concurrency."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from opsrun.model import (
+    Artifact,
+    ArtifactUsage,
+    ArtifactWrite,
+    AssistantMeta,
+    DurableRetention,
+    FailedType,
+    Hook,
+    OperationConfig,
+    OperationProfile,
+    OperationProfileSessionKey,
+    OperationResult,
+    OperationStatus,
+    OverwriteRetention,
+    ProfileOperation,
+    Retention,
+    RunRequest,
+    RunResult,
+    RunStatus,
+    Trigger,
+    UserVariant,
+    WindowRetention,
+)
+from opsrun.runner import OperationCatalog, OperationContext, Runner
+from opsrun.stores import InMemoryStores
+from opsrun.testing import FakeClock
+
+B, A = Hook.BEFORE_MAIN_LLM, Hook.AFTER_MAIN_LLM
+KEY = OperationProfileSessionKey(
+    chat_id="c", branch_id="main", profile_ref="p", operation_profile_session_id="s1"
+)
+pytestmark = pytest.mark.anyio
+
+
+def op(op_id: str, *hooks: Hook, order: float = 1, **config: Any) -> ProfileOperation:
+    return ProfileOperation(
+        operation_id=op_id, config=OperationConfig(hooks=hooks or (B,), order=order, **config)
+    )
+
+
+async def use_profile(stores: InMemoryStores, *ops: ProfileOperation) -> None:
+    await stores.profiles.save_profile(
+        OperationProfile(
+            profile_id="p", name="P", operation_profile_session_id="s1", operations=ops
+        )
+    )
+
+
+def generate(text: str = "hi", **kw: Any) -> RunRequest:
+    return RunRequest(
+        trigger=Trigger.GENERATE, chat_id="c", profile_id="p", user_message=text, **kw
+    )
+
+
+def counter(catalog: OperationCatalog, retention: Retention | None) -> None:
+    """``count`` writes art.count = previous + 1, persisted, with ``retention``."""
+
+    @catalog.function("count", name="Count", write_tag="count")
+    async def _count(ctx: OperationContext) -> OperationResult:
+        previous = ctx.art_value("count", 0)
+        assert isinstance(previous, int)
+        return OperationResult.done(artifact=ctx.write(previous + 1, retention=retention))
+
+
+async def stored(stores: InMemoryStores, tag: str) -> Artifact | None:
+    return (await stores.sessions.get_artifacts(KEY)).get(tag)
+
+
+async def test_persisted_versions_and_overwrite(
+    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+) -> None:
+    counter(opsrun_catalog, None)
+    await use_profile(opsrun_stores, op("count", A))
+    results = [await opsrun_runner.run(generate(f"t{i}")) for i in range(3)]
+    art = await stored(opsrun_stores, "count")
+    assert art is not None
+    assert (art.value, art.version, art.based_on_version) == (3, 3, 2)
+    assert art.history == ()
+    assert art.retention == OverwriteRetention()
+    assert art.written_by == "count"
+    assert art.run_id == results[-1].run.run_id
+    applied = results[-1].run.applied_effects
+    assert [(e.type, e.tag, e.version, e.based_on_version) for e in applied] == [
+        ("artifact.write", "count", 3, 2)
+    ]
+
+
+async def test_window_max_versions(
+    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+) -> None:
+    counter(opsrun_catalog, WindowRetention(max_versions=2))
+    await use_profile(opsrun_stores, op("count", B))
+    results = [await opsrun_runner.run(generate(f"t{i}")) for i in range(5)]
+    art = await stored(opsrun_stores, "count")
+    assert art is not None
+    assert art.value == 5
+    assert [(h.version, h.value) for h in art.history] == [(4, 4), (3, 3)]
+    assert results[-1].operation("count").outputs_summary.get("prunedVersions") == [2]
+
+
+async def test_window_ttl_uses_the_clock(
+    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+) -> None:
+    clock = opsrun_runner.clock
+    assert isinstance(clock, FakeClock)
+    counter(opsrun_catalog, WindowRetention(ttl_ms=10_000))
+    await use_profile(opsrun_stores, op("count", B))
+    await opsrun_runner.run(generate("t1"))  # v1 at t=0
+    clock.advance(seconds=5)
+    await opsrun_runner.run(generate("t2"))  # v2 at t=5, history [v1 (t=0)]
+    art = await stored(opsrun_stores, "count")
+    assert art is not None
+    assert [h.version for h in art.history] == [1]
+    clock.advance(seconds=8)
+    await opsrun_runner.run(generate("t3"))  # t=13: v1 is 13 s old, v2 8 s
+    art = await stored(opsrun_stores, "count")
+    assert art is not None
+    assert art.value == 3
+    assert [h.version for h in art.history] == [2]
+
+
+async def test_durable_keeps_everything_and_retention_sticks(
+    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+) -> None:
+    retention: list[Retention | None] = [DurableRetention()]
+
+    @opsrun_catalog.function("count", name="Count", write_tag="count")
+    async def _count(ctx: OperationContext) -> OperationResult:
+        previous = ctx.art_value("count", 0)
+        assert isinstance(previous, int)
+        # only the first write names a retention; later writes keep the artifact's policy
+        return OperationResult.done(
+            artifact=ctx.write(previous + 1, retention=retention.pop() if retention else None)
+        )
+
+    await use_profile(opsrun_stores, op("count", A))
+    for i in range(4):
+        await opsrun_runner.run(generate(f"t{i}"))
+    art = await stored(opsrun_stores, "count")
+    assert art is not None
+    assert art.retention == DurableRetention()
+    assert [h.value for h in art.history] == [3, 2, 1]
+
+
+async def test_run_only_artifacts_are_staged_for_dependants_and_not_persisted(
+    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+) -> None:
+    seen: dict[str, Any] = {}
+
+    @opsrun_catalog.function("guard", name="Guard", write_tag="flag")
+    async def _guard(ctx: OperationContext) -> OperationResult:
+        seen["guard_run"] = ctx.run.run_id
+        return OperationResult.done(artifact=ctx.write({"combat": True}, persisted=False))
+
+    @opsrun_catalog.function("direct", name="Direct")
+    async def _direct(ctx: OperationContext) -> OperationResult:
+        art = ctx.art("flag")
+        seen["direct"] = art and (art.value, art.version, art.persisted)
+        return OperationResult.done()
+
+    @opsrun_catalog.function("transitive", name="Transitive")
+    async def _transitive(ctx: OperationContext) -> OperationResult:
+        seen["transitive"] = ctx.art_value("flag")
+        return OperationResult.done()
+
+    @opsrun_catalog.function("after", name="After")
+    async def _after(ctx: OperationContext) -> OperationResult:
+        seen.setdefault("after", []).append(ctx.art_value("flag"))
+        return OperationResult.done()
+
+    await use_profile(
+        opsrun_stores,
+        op("guard", B),
+        op("direct", B, depends_on=("guard",)),
+        op("transitive", B, depends_on=("direct",)),
+        op("after", A),
+    )
+    await opsrun_runner.run(generate("one"))
+    assert seen["direct"] == ({"combat": True}, 1, False)
+    assert seen["transitive"] == {"combat": True}
+    assert seen["after"] == [{"combat": True}]
+    assert await stored(opsrun_stores, "flag") is None
+
+    # a later run does not see the previous run's run-only artifact before writing it
+    seen.clear()
+    await use_profile(opsrun_stores, op("guard", B, order=2), op("after", B, order=1))
+    await opsrun_runner.run(generate("two"))
+    assert seen["after"] == [None]
+
+
+async def test_uncommitted_staged_write_is_invisible_to_non_dependants(
+    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+) -> None:
+    written = anyio.Event()
+    seen: list[Any] = []
+
+    @opsrun_catalog.function("writer", name="Writer", write_tag="note")
+    async def _writer(ctx: OperationContext) -> OperationResult:
+        written.set()
+        return OperationResult.done(artifact=ctx.write("x", persisted=False))
+
+    @opsrun_catalog.function("gate", name="Gate")
+    async def _gate(ctx: OperationContext) -> OperationResult:
+        await written.wait()
+        return OperationResult.done()
+
+    @opsrun_catalog.function("reader", name="Reader")
+    async def _reader(ctx: OperationContext) -> OperationResult:
+        seen.append(ctx.art_value("note"))
+        return OperationResult.done()
+
+    await use_profile(
+        opsrun_stores,
+        op("writer", B, order=5),
+        op("gate", B, order=1),
+        op("reader", B, depends_on=("gate",)),
+    )
+    await opsrun_runner.run(generate())
+    assert seen == [None]
+
+
+async def test_persisted_write_in_before_hook_is_visible_after(
+    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+) -> None:
+    seen: list[Any] = []
+
+    @opsrun_catalog.function("w", name="W", write_tag="state")
+    async def _w(ctx: OperationContext) -> OperationResult:
+        return OperationResult.done(
+            artifact=ctx.write({"hp": 3}, usage=ArtifactUsage.PROMPT_AND_UI, semantics="state")
+        )
+
+    @opsrun_catalog.function("r", name="R")
+    async def _r(ctx: OperationContext) -> OperationResult:
+        art = ctx.art("state")
+        seen.append(art and (art.value, art.version, art.usage))
+        return OperationResult.done()
+
+    await use_profile(opsrun_stores, op("w", B), op("r", A))
+    await opsrun_runner.run(generate())
+    assert seen == [({"hp": 3}, 1, ArtifactUsage.PROMPT_AND_UI)]
+    art = await stored(opsrun_stores, "state")
+    assert art is not None
+    assert art.semantics == "state"
+
+
+async def test_stale_based_on_version_is_artifact_conflict(
+    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+) -> None:
+    @opsrun_catalog.function("stale", name="Stale", write_tag="t")
+    async def _stale(ctx: OperationContext) -> OperationResult:
+        return OperationResult.done(
+            artifact=ArtifactWrite(tag="t", value="new", based_on_version=7),
+            turn=[UserVariant(content="should not apply")],
+        )
+
+    await use_profile(opsrun_stores, op("stale", B, required=True))
+    result = await opsrun_runner.run(generate("orig"))
+    stale = result.operation("stale")
+    assert stale.status == OperationStatus.ERROR
+    assert stale.error_code == "artifact_conflict"
+    assert stale.committed is False
+    assert result.status == RunStatus.FAILED
+    assert result.failed_type == FailedType.BEFORE_BARRIER
+    assert await stored(opsrun_stores, "t") is None
+    message = await opsrun_stores.chats.get_message("c", result.run.user_message_id)
+    assert message.prompt_text == "orig"
+
+
+async def test_concurrent_runs_conflict_on_the_same_version(
+    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+) -> None:
+    both_read = anyio.Event()
+    readers: list[int | None] = []
+
+    @opsrun_catalog.function("ws", name="World state", write_tag="world")
+    async def _ws(ctx: OperationContext) -> OperationResult:
+        art = ctx.art("world")
+        if art is not None:  # the seeding run does not wait
+            readers.append(art.version)
+            if len(readers) == 2:
+                both_read.set()
+            await both_read.wait()
+        return OperationResult.done(
+            artifact=ctx.write(f"by {ctx.run.run_id}", retention=DurableRetention()),
+            turn=[AssistantMeta(meta={"by": ctx.run.run_id})],
+        )
+
+    await use_profile(opsrun_stores, op("ws", A))
+    first = await opsrun_runner.run(generate("seed"))
+    assert first.status == RunStatus.DONE
+
+    results: list[RunResult] = []
+
+    async def go(text: str) -> None:
+        results.append(await opsrun_runner.run(generate(text)))
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(go, "left")
+            tg.start_soon(go, "right")
+    assert readers == [1, 1]
+    outcomes = {r.run.run_id: r.operation("ws") for r in results}
+    winners = [rid for rid, o in outcomes.items() if o.status == OperationStatus.DONE]
+    losers = [rid for rid, o in outcomes.items() if o.status == OperationStatus.ERROR]
+    assert len(winners) == 1
+    assert len(losers) == 1
+    (winner,) = winners
+    (loser,) = losers
+    assert outcomes[winner].committed
+    assert not outcomes[loser].committed
+    assert outcomes[loser].error_code == "artifact_conflict"
+    art = await stored(opsrun_stores, "world")
+    assert art is not None
+    assert art.value == f"by {winner}"
+    assert art.version == 2
+    assert [h.value for h in art.history] == [f"by {first.run.run_id}"]
+    # the loser's other effects did not apply; both replies are kept
+    history = await opsrun_stores.chats.history("c", "main")
+    metas = {m.selected.run_id: m.selected.meta for m in history if m.role.value == "assistant"}
+    assert metas[winner] == {"by": winner}
+    assert metas[loser] == {}
+    loser_result = next(r for r in results if r.run.run_id == loser)
+    assert loser_result.status == RunStatus.DONE  # ws is optional
+    assert loser_result.run.applied_effects == ()
