@@ -113,6 +113,7 @@ class Runner:
         self.ids: IdFactory = ids or UuidIds()
         self.summarize = summarize or bound_details
         self._active: dict[str, AbortSignal] = {}
+        self._finished: dict[str, anyio.Event] = {}
         # Profiles are immutable: validation results are cached per profile object.
         self._validated: dict[int, tuple[OperationProfile, list[ProfileIssue]]] = {}
 
@@ -137,7 +138,8 @@ class Runner:
         """Execute one run and return its result.
 
         A second call with the same turn key (see :class:`~opsrun.model.RunRequest`)
-        returns the earlier run with ``deduplicated=True`` instead of starting another.
+        returns the earlier run with ``deduplicated=True`` instead of starting another;
+        while this runner is still executing that run, the call waits until it finishes.
 
         Raises:
             RunError: the profile or the turn to regenerate does not exist
@@ -171,12 +173,16 @@ class Runner:
         )
         stored = await self.runs.claim(run)
         if stored.run_id != run.run_id:
+            finished = self._finished.get(stored.run_id)
+            if finished is not None:  # still running in this runner: return it once finished
+                await finished.wait()
             result = await self.result(stored.run_id)
             return result.model_copy(update={"deduplicated": True})
 
         signal = abort or AbortSignal()
         state = _RunState(self, request, run, profile, session_key, history, signal)
         self._active[run.run_id] = signal
+        self._finished[run.run_id] = anyio.Event()
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(state.emitter.pump)
@@ -187,6 +193,7 @@ class Runner:
         finally:
             state.unsubscribe()
             del self._active[run.run_id]
+            self._finished.pop(run.run_id).set()
         return state.result
 
     async def _load_profile(self, request: RunRequest) -> OperationProfile | None:

@@ -1,0 +1,274 @@
+"""Run events (seed 003 §8.1): types, seq numbering, names, sinks and the client EventLog."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from opsrun.errors import ProviderError
+from opsrun.model import (
+    FailedType,
+    FinishReason,
+    Hook,
+    MainLlmStatus,
+    OperationConfig,
+    OperationProfile,
+    OperationResult,
+    OperationStatus,
+    ProfileOperation,
+    RunEvent,
+    RunEventAdapter,
+    RunPhase,
+    RunRequest,
+    RunStatus,
+    Trigger,
+)
+from opsrun.runner import EventLog, OperationCatalog, OperationContext, Runner
+from opsrun.stores import InMemoryStores
+from opsrun.testing import FakeClock, ScriptedMainLlm, SequentialIds
+
+B, A = Hook.BEFORE_MAIN_LLM, Hook.AFTER_MAIN_LLM
+pytestmark = pytest.mark.anyio
+
+ALL_TYPES = {
+    "run.started",
+    "run.phase_changed",
+    "operation.started",
+    "operation.finished",
+    "main_llm.started",
+    "main_llm.delta",
+    "main_llm.finished",
+    "run.finished",
+}
+
+
+def op(op_id: str, *hooks: Hook, order: float = 1, **config: Any) -> ProfileOperation:
+    return ProfileOperation(
+        operation_id=op_id, config=OperationConfig(hooks=hooks or (B,), order=order, **config)
+    )
+
+
+def generate(text: str = "hi", **kw: Any) -> RunRequest:
+    return RunRequest(
+        trigger=Trigger.GENERATE, chat_id="c", profile_id="p", user_message=text, **kw
+    )
+
+
+class RecordingSink:
+    def __init__(self, *, fail_on: str | None = None) -> None:
+        self.events: list[RunEvent] = []
+        self.fail_on = fail_on
+
+    async def emit(self, event: RunEvent) -> None:
+        self.events.append(event)
+        if event.type == self.fail_on:
+            raise RuntimeError("sink down")
+
+
+def make_runner(
+    stores: InMemoryStores, catalog: OperationCatalog, llm: ScriptedMainLlm, sink: RecordingSink
+) -> Runner:
+    return Runner(
+        catalog=catalog,
+        profiles=stores.profiles,
+        sessions=stores.sessions,
+        chats=stores.chats,
+        runs=stores.runs,
+        main_llm=llm,
+        events=sink,
+        clock=FakeClock(),
+        ids=SequentialIds(),
+    )
+
+
+def build(fail: bool = False) -> OperationCatalog:
+    catalog = OperationCatalog()
+
+    @catalog.function("prep", name="Prepare the scene")
+    async def _prep(ctx: OperationContext) -> OperationResult:
+        if fail:
+            return OperationResult.failed("prep_failed", "no scene")
+        return OperationResult.done()
+
+    @catalog.function("track", name="Stat tracker")
+    async def _track(ctx: OperationContext) -> OperationResult:
+        return OperationResult.done()
+
+    @catalog.function("off", name="Disabled one")
+    async def _off(ctx: OperationContext) -> OperationResult:
+        return OperationResult.done()
+
+    return catalog
+
+
+async def profile(stores: InMemoryStores, *, required: bool = False) -> None:
+    await stores.profiles.save_profile(
+        OperationProfile(
+            profile_id="p",
+            name="P",
+            operation_profile_session_id="s1",
+            operations=(
+                op("prep", B, required=required),
+                op("off", B, enabled=False),
+                op("track", A),
+            ),
+        )
+    )
+
+
+def check_seq(events: list[RunEvent]) -> None:
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+
+
+async def test_every_event_type_in_order() -> None:
+    stores = InMemoryStores()
+    await profile(stores)
+    reply = "Once upon a time, in a land far away, there lived a parser."
+    llm = ScriptedMainLlm([reply], chunk_size=7)
+    sink = RecordingSink()
+    catalog = build()
+    result = await make_runner(stores, catalog, llm, sink).run(generate())
+    assert result.status == RunStatus.DONE
+
+    stored_events = await stores.runs.events(result.run.run_id)
+    assert stored_events == sink.events
+    events = sink.events
+    check_seq(events)
+    assert {e.type for e in events} == ALL_TYPES
+    assert events[0].type == "run.started"
+    assert events[-1].type == "run.finished"
+    for e in events:
+        assert e.run_id == result.run.run_id
+        assert e.chat_id == "c"
+        assert e.user_message_id == result.run.user_message_id
+        assert e.trigger == Trigger.GENERATE
+        if e.type in ("operation.started", "operation.finished"):
+            assert e.operation_name == catalog[e.operation_id].name  # type: ignore[union-attr]
+    phases = [e.phase for e in events if e.type == "run.phase_changed"]  # type: ignore[union-attr]
+    assert phases == list(RunPhase)
+    deltas = [e.text for e in events if e.type == "main_llm.delta"]  # type: ignore[union-attr]
+    assert len(deltas) > 1
+    assert "".join(deltas) == reply
+    types = [e.type for e in events]
+    assert types.index("main_llm.started") < types.index("main_llm.delta")
+    finished = next(e for e in events if e.type == "main_llm.finished")
+    assert finished.status == MainLlmStatus.DONE  # type: ignore[union-attr]
+    assert finished.finish_reason == FinishReason.COMPLETED  # type: ignore[union-attr]
+    # every executed operation: started before finished; the disabled one only finishes
+    per_op: dict[tuple[str, Hook], list[tuple[int, str]]] = {}
+    for e in events:
+        if e.type.startswith("operation."):
+            key = (e.operation_id, e.hook)  # type: ignore[union-attr]
+            per_op.setdefault(key, []).append((e.seq, e.type))
+    assert [t for _, t in per_op[("prep", B)]] == ["operation.started", "operation.finished"]
+    assert [t for _, t in per_op[("track", A)]] == ["operation.started", "operation.finished"]
+    assert [t for _, t in per_op[("off", B)]] == ["operation.finished"]
+    off = next(e for e in events if e.type == "operation.finished" and e.operation_id == "off")  # type: ignore[union-attr]
+    assert off.status == OperationStatus.SKIPPED  # type: ignore[union-attr]
+    assert off.skipped_reason == "disabled"  # type: ignore[union-attr]
+    last = events[-1]
+    assert last.status == RunStatus.DONE  # type: ignore[union-attr]
+    assert last.failed_type is None  # type: ignore[union-attr]
+    # events round-trip through JSON
+    for e in events:
+        assert RunEventAdapter.validate_json(RunEventAdapter.dump_json(e)) == e
+
+
+async def test_failed_run_events_carry_failed_type() -> None:
+    stores = InMemoryStores()
+    await profile(stores, required=True)
+    sink = RecordingSink()
+    result = await make_runner(stores, build(fail=True), ScriptedMainLlm(), sink).run(generate())
+    assert result.failed_type == FailedType.BEFORE_BARRIER
+    check_seq(sink.events)
+    types = [e.type for e in sink.events]
+    assert "main_llm.started" not in types
+    last = sink.events[-1]
+    assert last.type == "run.finished"
+    assert last.status == RunStatus.FAILED  # type: ignore[union-attr]
+    assert last.failed_type == FailedType.BEFORE_BARRIER  # type: ignore[union-attr]
+    assert last.failed_details is not None  # type: ignore[union-attr]
+    assert last.failed_details.operation_id == "prep"  # type: ignore[union-attr]
+    prep = next(
+        e
+        for e in sink.events
+        if e.type == "operation.finished" and e.operation_id == "prep"  # type: ignore[union-attr]
+    )
+    assert prep.error is not None  # type: ignore[union-attr]
+    assert prep.error.code == "prep_failed"  # type: ignore[union-attr]
+    track = next(
+        e
+        for e in sink.events
+        if e.type == "operation.finished" and e.operation_id == "track"  # type: ignore[union-attr]
+    )
+    assert track.skipped_reason == "main_llm_not_run"  # type: ignore[union-attr]
+
+
+async def test_main_llm_error_events() -> None:
+    stores = InMemoryStores()
+    await profile(stores)
+    sink = RecordingSink()
+    llm = ScriptedMainLlm([ProviderError("upstream 500")])
+    result = await make_runner(stores, build(), llm, sink).run(generate())
+    assert result.failed_type == FailedType.MAIN_LLM
+    check_seq(sink.events)
+    finished = next(e for e in sink.events if e.type == "main_llm.finished")
+    assert finished.status == MainLlmStatus.ERROR  # type: ignore[union-attr]
+    assert finished.finish_reason == FinishReason.PROVIDER_ERROR  # type: ignore[union-attr]
+    assert finished.error is not None  # type: ignore[union-attr]
+    assert finished.error.code == "provider_error"  # type: ignore[union-attr]
+    assert sink.events[-1].failed_type == FailedType.MAIN_LLM  # type: ignore[union-attr]
+
+
+async def test_broken_sink_does_not_break_the_run() -> None:
+    stores = InMemoryStores()
+    await profile(stores)
+    sink = RecordingSink(fail_on="operation.started")
+    result = await make_runner(stores, build(), ScriptedMainLlm(), sink).run(generate())
+    assert result.status == RunStatus.DONE
+    assert sink.events == await stores.runs.events(result.run.run_id)
+    assert sink.events[-1].type == "run.finished"
+
+
+async def test_seq_restarts_per_run() -> None:
+    stores = InMemoryStores()
+    await profile(stores)
+    sink = RecordingSink()
+    runner = make_runner(stores, build(), ScriptedMainLlm(), sink)
+    first = await runner.run(generate("a"))
+    second = await runner.run(generate("b"))
+    for run in (first, second):
+        check_seq([e for e in sink.events if e.run_id == run.run.run_id])
+
+
+async def test_event_log_dedupes_reorders_and_reports_gaps() -> None:
+    stores = InMemoryStores()
+    await profile(stores)
+    sink = RecordingSink()
+    runner = make_runner(stores, build(), ScriptedMainLlm(), sink)
+    run_a = (await runner.run(generate("a"))).run.run_id
+    run_b = (await runner.run(generate("b"))).run.run_id
+    events = list(sink.events)
+    rng = random.Random(3)
+    shuffled = events + rng.sample(events, len(events) // 2)
+    rng.shuffle(shuffled)
+
+    log = EventLog()
+    added = log.extend(shuffled)
+    assert added == len(events)
+    assert log.add(events[0]) is False
+    assert log.events(run_a) == [e for e in events if e.run_id == run_a]
+    assert log.events(run_b) == [e for e in events if e.run_id == run_b]
+    assert log.events() == sorted(events, key=lambda e: (e.run_id, e.seq))
+    assert log.missing(run_a) == []
+    assert log.missing("unknown") == []
+
+    gappy = EventLog()
+    of_a = [e for e in events if e.run_id == run_a]
+    gappy.extend(e for e in of_a if e.seq not in (2, 5))
+    assert gappy.missing(run_a) == [2, 5]
+    gappy.extend(of_a)
+    assert gappy.missing(run_a) == []
+    assert gappy.events(run_a) == of_a
