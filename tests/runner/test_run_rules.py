@@ -527,3 +527,42 @@ async def test_run_result_is_stored(
     assert stored == result
     with anyio.fail_after(1):
         assert opsrun_runner.abort(result.run.run_id) is False
+
+
+async def test_operation_returning_no_result_is_operation_exception(
+    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+) -> None:
+    @opsrun_catalog.function("forgot", name="Forgot to return")
+    async def _forgot(ctx: OperationContext) -> OperationResult:
+        return None  # type: ignore[return-value]
+
+    await use_profile(opsrun_stores, op("forgot", B, timeout_ms=60_000))
+    result = await opsrun_runner.run(generate())
+    forgot = result.operation("forgot")
+    assert forgot.status == OperationStatus.ERROR
+    assert forgot.error_code == "operation_exception"
+    assert forgot.error is not None
+    assert "NoneType" in forgot.error.message
+    assert result.status == RunStatus.DONE
+
+
+async def test_main_llm_stream_without_final_result(
+    opsrun_runner: Runner, opsrun_stores: InMemoryStores
+) -> None:
+    class Truncated:
+        supports_developer_role = False
+
+        async def stream(self, request: object) -> Any:
+            yield "half a"
+
+    opsrun_runner.main_llm = Truncated()  # type: ignore[assignment]
+    await use_profile(opsrun_stores)
+    result = await opsrun_runner.run(generate())
+    assert result.status == RunStatus.FAILED
+    assert result.failed_type == FailedType.MAIN_LLM
+    main = result.run.main_llm
+    assert main.status == MainLlmStatus.ERROR
+    assert main.finish_reason == FinishReason.UNKNOWN
+    assert main.error is not None
+    assert main.error.code == "main_llm_incomplete"
+    assert main.text == "half a"

@@ -189,7 +189,11 @@ async def _execute(state: _RunState, e: OpExec, by_id: dict[str, OpExec]) -> Non
     state.scopes.add(scope)
     try:
         with scope:
-            result = await state.executor.execute(e.implementation, ctx)
+            returned: object = await state.executor.execute(e.implementation, ctx)
+            if not isinstance(returned, OperationResult):
+                # e.g. a forgotten ``return``: not a timeout, a broken operation
+                raise TypeError(f"returned {type(returned).__name__}, not an OperationResult")
+            result = returned
     except OperationFailed as exc:
         failure = error_of(exc.code, exc.message, exc.details)
     except Exception as exc:  # an operation must never crash the run
