@@ -327,3 +327,29 @@ async def test_abort_during_after_hook_keeps_the_reply(
     history = await opsrun_stores.chats.history("c", "main")
     assert [m.prompt_text for m in history] == ["hi", "OK"]
     assert tracker.active == 0
+
+
+@pytest.mark.anyio
+async def test_deadline_leaves_the_callers_signal_reusable() -> None:
+    """A deadline aborts the run, not the AbortSignal the caller passed in."""
+    stores = InMemoryStores()
+    runner = Runner(
+        catalog=OperationCatalog(),
+        profiles=stores.profiles,
+        sessions=stores.sessions,
+        chats=stores.chats,
+        runs=stores.runs,
+        main_llm=ScriptedMainLlm(["slow reply " * 20], chunk_size=4, delay=0.01),
+    )
+    signal = AbortSignal()
+    first = await runner.run(
+        RunRequest(trigger="generate", chat_id="c", user_message="hi", deadline_ms=20),
+        abort=signal,
+    )
+    assert first.status == RunStatus.ABORTED
+    assert first.run.abort_reason == "deadline"
+    assert not signal.aborted
+    second = await runner.run(
+        RunRequest(trigger="generate", chat_id="c", user_message="again"), abort=signal
+    )
+    assert second.status == RunStatus.DONE

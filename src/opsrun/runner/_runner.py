@@ -179,7 +179,10 @@ class Runner:
             result = await self.result(stored.run_id)
             return result.model_copy(update={"deduplicated": True})
 
-        signal = abort or AbortSignal()
+        # The run's own signal: the caller's aborts it, the deadline aborts only it, so a
+        # caller's signal can be reused for a later run after a deadline.
+        signal = AbortSignal()
+        forget_caller = abort.subscribe(signal.abort) if abort is not None else None
         state = _RunState(self, request, run, profile, session_key, history, signal)
         self._active[run.run_id] = signal
         self._finished[run.run_id] = anyio.Event()
@@ -192,6 +195,8 @@ class Runner:
                     state.emitter.close()
         finally:
             state.unsubscribe()
+            if forget_caller is not None:
+                forget_caller()
             del self._active[run.run_id]
             self._finished.pop(run.run_id).set()
         return state.result
