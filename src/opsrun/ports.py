@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Literal, Protocol, TypeAlias
 
 from .model import (
     Artifact,
@@ -21,22 +21,33 @@ from .model import (
     OperationRun,
     Run,
     RunEvent,
+    Samplers,
     Trigger,
     Usage,
 )
 
 __all__ = [
+    "STRUCTURED_OUTPUT_LEVELS",
     "ChatStore",
     "Clock",
+    "CredentialResolver",
     "EventSink",
+    "FinishReason",
     "IdFactory",
+    "LlmProvider",
+    "LlmRequest",
+    "LlmResponse",
     "MainLlm",
     "MainLlmDone",
     "MainLlmRequest",
     "ProfileStore",
+    "ProviderCapabilities",
+    "ProviderLookup",
     "ProviderMessage",
+    "ResponseFormat",
     "RunStore",
     "SessionStore",
+    "StructuredOutput",
 ]
 
 
@@ -222,5 +233,142 @@ class MainLlm(Protocol):
             ProviderTimeout: the provider did not answer in time.
             RateLimited: the provider rate-limited the call.
             ProviderError: any other provider failure.
+        """
+        ...
+
+
+# --- aux LLM providers (kind="llm") --------------------------------------------------------
+
+StructuredOutput: TypeAlias = Literal["json_schema_strict", "json_schema", "json_object", "none"]
+"""How much structured output a provider enforces, strongest first.
+
+``json_schema_strict``: the reply is guaranteed to match a JSON Schema; ``json_schema``:
+the schema is a strong hint; ``json_object``: the reply is some JSON value; ``none``:
+plain text only (JSON is asked for in the prompt).
+"""
+
+STRUCTURED_OUTPUT_LEVELS: tuple[StructuredOutput, ...] = (
+    "json_schema_strict",
+    "json_schema",
+    "json_object",
+    "none",
+)
+"""Every :data:`StructuredOutput` level, strongest first (a rejected level steps to the next)."""
+
+FinishReason: TypeAlias = Literal["stop", "length", "content_filter", "error"]
+"""Why a completion ended, normalised over providers."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderCapabilities:
+    """What a provider accepts; callers shape their requests by it."""
+
+    structured_output: StructuredOutput = "none"
+    """The strongest response format the provider honours."""
+    developer_role: bool = False
+    """True when it accepts ``developer`` messages (else they are sent as ``system``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseFormat:
+    """The reply format asked of the provider."""
+
+    type: Literal["text", "json", "json_schema"]
+    """``text``; ``json`` (any JSON value, a provider's JSON mode); ``json_schema``."""
+    schema: Mapping[str, Any] | None = None
+    """The JSON Schema, for ``json_schema``."""
+    name: str | None = None
+    """The schema's name (``schemaRef``), for providers that want one."""
+    strict: bool = False
+    """Ask the provider to enforce the schema exactly (``json_schema_strict``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LlmRequest:
+    """One chat completion: what the ``llm`` operation kind sends to a provider."""
+
+    messages: tuple[ProviderMessage, ...]
+    """Messages in send order, with provider roles."""
+    model: str
+    """Model name as the provider knows it."""
+    samplers: Samplers = field(default_factory=Samplers)
+    """Sampling parameters; None fields are left to the provider."""
+    max_output_tokens: int | None = None
+    """Output limit."""
+    stop: tuple[str, ...] = ()
+    """Stop sequences."""
+    response_format: ResponseFormat | None = None
+    """Reply format; None leaves it to the provider (plain text)."""
+    credential: str | None = field(default=None, repr=False)
+    """The resolved secret of ``credentialRef``; never logged, never in ``repr``."""
+    timeout: float | None = None
+    """Seconds this attempt may take (the caller also enforces it)."""
+    meta: Mapping[str, str] = field(default_factory=dict)
+    """Host-defined extras (run id, operation id) for tracing."""
+
+
+@dataclass(frozen=True, slots=True)
+class LlmResponse:
+    """A provider's completed reply."""
+
+    text: str
+    """The reply text."""
+    finish_reason: FinishReason = "stop"
+    """Normalised finish reason."""
+    raw_finish_reason: str | None = None
+    """The provider's own value, when it differs (``end_turn``, ``max_tokens``…)."""
+    usage: Usage | None = None
+    """Tokens and cost, when the provider reports them."""
+    model: str | None = None
+    """The model that actually answered."""
+    request_id: str | None = None
+    """The provider's request or trace id."""
+
+
+class LlmProvider(Protocol):
+    """A chat-completion provider for aux LLM calls (``kind="llm"``).
+
+    Adapters translate their client's exceptions once, at this boundary, into the
+    errors listed below; anything else is reported as ``provider_error``.
+    """
+
+    @property
+    def capabilities(self) -> ProviderCapabilities:
+        """What the provider accepts."""
+        ...
+
+    async def complete(self, request: LlmRequest) -> LlmResponse:
+        """Run one completion.
+
+        Raises:
+            ProviderTimeout: the provider did not answer in time.
+            RateLimited: the provider rate-limited the call (``retry_after`` when known).
+            ResponseFormatRejected: the provider refused ``response_format``; callers
+                step down one :data:`StructuredOutput` level and try again.
+            ProviderError: any other provider failure.
+        """
+        ...
+
+
+class ProviderLookup(Protocol):
+    """Finds a provider by ``providerRef`` (:class:`opsrun.providers.ProviderRegistry`)."""
+
+    def get(self, provider_ref: str) -> LlmProvider:
+        """Return the provider registered as ``provider_ref``.
+
+        Raises:
+            ConfigError: no provider has that reference.
+        """
+        ...
+
+
+class CredentialResolver(Protocol):
+    """Turns an opaque ``credentialRef`` into the secret at run time."""
+
+    async def resolve(self, credential_ref: str) -> str:
+        """Return the secret for ``credential_ref``.
+
+        Raises:
+            ConfigError: the reference is unknown (the message must not contain the secret).
         """
         ...

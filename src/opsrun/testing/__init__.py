@@ -1,7 +1,8 @@
-"""Test doubles for opsrun users: offline main LLMs, a fake clock, sequential ids.
+"""Test doubles for opsrun users: offline main LLMs, aux LLM providers, a fake clock, ids.
 
 The pytest plugin (``opsrun.testing._plugin``, loaded through the ``pytest11`` entry
-point) provides ready-made fixtures such as ``opsrun_runner``.
+point) provides ready-made fixtures such as ``opsrun_runner``, ``opsrun_provider`` and
+an ``opsrun_catalog`` that already knows the built-in kinds ``llm`` and ``template``.
 """
 
 from __future__ import annotations
@@ -11,5 +12,25 @@ from ._fakes import SequentialIds as SequentialIds
 from ._main_llm import FunctionMainLlm as FunctionMainLlm
 from ._main_llm import OfflineMainLlm as OfflineMainLlm
 from ._main_llm import ScriptedMainLlm as ScriptedMainLlm
+from ._providers import Delayed as Delayed
+from ._providers import Exchange as Exchange
+from ._providers import FunctionProvider as FunctionProvider
+from ._providers import ProviderReply as ProviderReply
+from ._providers import RecordingProvider as RecordingProvider
+from ._providers import ScriptedProvider as ScriptedProvider
+from ._providers import StaticCredentials as StaticCredentials
 
-__all__ = ["FakeClock", "FunctionMainLlm", "OfflineMainLlm", "ScriptedMainLlm", "SequentialIds"]
+__all__ = [
+    "Delayed",
+    "Exchange",
+    "FakeClock",
+    "FunctionMainLlm",
+    "FunctionProvider",
+    "OfflineMainLlm",
+    "ProviderReply",
+    "RecordingProvider",
+    "ScriptedMainLlm",
+    "ScriptedProvider",
+    "SequentialIds",
+    "StaticCredentials",
+]

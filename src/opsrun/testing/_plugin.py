@@ -1,17 +1,31 @@
 """pytest plugin (entry point ``opsrun``): fixtures for testing profiles offline.
 
-Fixtures: ``opsrun_stores``, ``opsrun_catalog``, ``opsrun_main_llm`` and
-``opsrun_runner`` (a Runner wired to the three, with a fake clock and sequential ids).
+Fixtures:
+
+- ``opsrun_stores``: fresh in-memory stores.
+- ``opsrun_provider``: a :class:`ScriptedProvider` registered as providerRef ``"test"``.
+- ``opsrun_providers``: the :class:`~opsrun.providers.ProviderRegistry` holding it
+  (register more providers on it in a test).
+- ``opsrun_credentials``: a :class:`StaticCredentials` (add ``.secrets[ref] = ...``).
+- ``opsrun_schemas``: a dict of JSON Schemas for ``output.schemaRef`` (add to it).
+- ``opsrun_catalog``: an operation catalog with the built-in kinds ``llm`` and
+  ``template`` wired to the fixtures above; add definitions or functions to it.
+- ``opsrun_main_llm``: a scripted main LLM answering ``"OK"``.
+- ``opsrun_runner``: a Runner wired to all of them, with a fake clock and sequential ids.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from ..runner import OperationCatalog, Runner
+from ..providers import ProviderRegistry
+from ..runner import OperationCatalog, Runner, builtin_kinds
 from ..stores import InMemoryStores
 from ._fakes import FakeClock, SequentialIds
 from ._main_llm import ScriptedMainLlm
+from ._providers import ScriptedProvider, StaticCredentials
 
 
 @pytest.fixture
@@ -21,9 +35,41 @@ def opsrun_stores() -> InMemoryStores:
 
 
 @pytest.fixture
-def opsrun_catalog() -> OperationCatalog:
-    """An empty operation catalog to register the operations under test."""
-    return OperationCatalog()
+def opsrun_provider() -> ScriptedProvider:
+    """A scripted aux LLM provider (providerRef ``"test"``) answering ``"OK"`` by default."""
+    return ScriptedProvider()
+
+
+@pytest.fixture
+def opsrun_providers(opsrun_provider: ScriptedProvider) -> ProviderRegistry:
+    """A provider registry with ``opsrun_provider`` as ``"test"``."""
+    return ProviderRegistry({"test": opsrun_provider})
+
+
+@pytest.fixture
+def opsrun_credentials() -> StaticCredentials:
+    """Credentials for ``credentialRef``; empty until a test adds secrets."""
+    return StaticCredentials()
+
+
+@pytest.fixture
+def opsrun_schemas() -> dict[str, Any]:
+    """JSON Schemas by name for ``output.schemaRef``; empty until a test adds some."""
+    return {}
+
+
+@pytest.fixture
+def opsrun_catalog(
+    opsrun_providers: ProviderRegistry,
+    opsrun_credentials: StaticCredentials,
+    opsrun_schemas: dict[str, Any],
+) -> OperationCatalog:
+    """A catalog with the built-in kinds ``llm`` and ``template`` and no operations yet."""
+    return OperationCatalog(
+        kinds=builtin_kinds(
+            providers=opsrun_providers, credentials=opsrun_credentials, schemas=opsrun_schemas
+        )
+    )
 
 
 @pytest.fixture

@@ -1,0 +1,528 @@
+"""``kind="llm"``: one aux LLM call per operation run (seed 003 §11).
+
+What happens, in order, and the error code each step can end with:
+
+1. ``promptEffect`` outside ``before_main_llm`` → ``policy_error``; an unknown
+   ``schemaRef`` or ``providerRef``, or a ``credentialRef`` nobody can resolve →
+   ``config_error`` (no call is made).
+2. ``system`` and ``prompt`` render as Liquid over ``art``, ``chatHistory``, ``run`` and
+   ``mainLlm`` → ``template_render_error``.
+3. ``maxInputTokens`` is checked with the injected token counter (default: characters
+   / 4, see :func:`approximate_tokens`) → ``budget_exceeded``.
+4. The provider is called; each attempt is bounded by ``timeoutMs`` → ``timeout``;
+   ``rate_limited``; anything else the provider raises → ``provider_error``. ``retry``
+   repeats failures listed in ``retryOn`` up to ``maxAttempts`` calls, waiting
+   ``max(backoffMs, retry-after)`` (constant, no growth) between them and never past the
+   operation's deadline. A provider that rejects the response format is asked once more
+   one structured-output level lower; that extra call is not counted against
+   ``maxAttempts`` but is counted in ``outputsSummary.attempts``.
+5. A ``content_filter`` finish → ``policy_error``; a finish reason ``error`` is a
+   ``provider_error`` (retryable). A reported cost above ``budget.maxCostUsd`` (summed
+   over the attempts) → ``budget_exceeded``; an unreported cost passes.
+6. ``output.mode="json"``: the reply (a whole-reply markdown code fence is removed)
+   must parse as JSON (``NaN``/``Infinity`` refused) and validate against
+   ``schemas[schemaRef]`` → ``output_parse_error``.
+
+The result is written to ``writeArtifact`` (text: the string; json: the parsed value,
+format ``json`` unless the spec says otherwise) and/or sent as ``promptEffect`` (JSON
+values serialised compactly). The resolved credential reaches only
+``LlmRequest.credential``; it is masked, with key-shaped strings, in every message,
+detail, summary and output the operation returns.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+import anyio
+from jsonschema import SchemaError
+from jsonschema.exceptions import best_match
+from jsonschema.protocols import Validator
+from jsonschema.validators import validator_for
+from pydantic import BaseModel
+
+from .._redact import DEFAULT_REDACTOR, Redactor, sha256_text
+from ..errors import (
+    OpsrunError,
+    ProviderError,
+    ProviderTimeout,
+    RateLimited,
+    ResponseFormatRejected,
+    TemplateError,
+)
+from ..model import ContentFormat, LlmParams, OperationDefinition, OperationResult, Usage
+from ..ports import (
+    STRUCTURED_OUTPUT_LEVELS,
+    CredentialResolver,
+    LlmProvider,
+    LlmRequest,
+    LlmResponse,
+    ProviderLookup,
+    ProviderMessage,
+    ResponseFormat,
+    StructuredOutput,
+)
+from ._context import OperationContext
+from ._kinds import (
+    TokenCounter,
+    approximate_tokens,
+    done_result,
+    failed_result,
+    prompt_effect_problem,
+    with_secret,
+)
+from ._liquid import TemplateEngine
+from ._operation import Operation
+
+__all__ = ["LlmOperation"]
+
+RAW_TEXT_PREVIEW = 1024
+"""Characters of the reply kept in ``outputsSummary.rawTextPreview`` (json mode)."""
+PARSE_ERROR_MESSAGE = 512
+"""Characters of ``outputsSummary.parseErrorMessage``."""
+STOP_ITEMS, STOP_ITEM_CHARS = 10, 120
+"""How much of ``stop`` ``inputsSummary`` keeps."""
+
+_FENCE = re.compile(r"\A\s*```[A-Za-z0-9_-]*[ \t]*\r?\n(?P<body>.*?)\r?\n[ \t]*```\s*\Z", re.S)
+
+RetryKind = Literal["timeout", "provider_error", "rate_limit"]
+
+
+class _Failure(Exception):
+    """Ends the execution with an error result (internal control flow)."""
+
+    def __init__(self, code: str, message: str, details: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.details = details
+
+
+@dataclass(slots=True)
+class _AttemptError:
+    code: str
+    message: str
+    retry_kind: RetryKind
+    retry_after: float | None = None
+
+
+@dataclass(slots=True)
+class _Exchange:
+    """Mutable bookkeeping of one execution."""
+
+    redactor: Redactor
+    inputs: dict[str, Any]
+    outputs: dict[str, Any] = field(default_factory=lambda: {"attempts": 0})
+    usage: Usage | None = None
+
+
+def _add_usage(total: Usage | None, more: Usage | None) -> Usage | None:
+    if more is None:
+        return total
+    if total is None:
+        return more
+
+    def add(a: Any, b: Any) -> Any:
+        return b if a is None else a if b is None else a + b
+
+    return Usage(
+        input_tokens=add(total.input_tokens, more.input_tokens),
+        output_tokens=add(total.output_tokens, more.output_tokens),
+        total_tokens=add(total.total_tokens, more.total_tokens),
+        cost_usd=add(total.cost_usd, more.cost_usd),
+    )
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_json_reply(text: str) -> Any:
+    """Parse a JSON reply; a reply wrapped whole in a markdown code fence is unwrapped.
+
+    Raises:
+        ValueError: the text is not JSON (``json.JSONDecodeError`` included).
+    """
+    fenced = _FENCE.match(text)
+    body = fenced.group("body") if fenced else text
+    return json.loads(body, parse_constant=_reject_constant)
+
+
+class LlmOperation(Operation):
+    """The implementation of ``kind="llm"`` for one definition.
+
+    Args:
+        definition: The operation's definition (``kind="llm"``).
+        providers: Finds the provider of ``providerRef``
+            (:class:`opsrun.providers.ProviderRegistry`).
+        credentials: Resolves ``credentialRef`` at run time.
+        engine: The Liquid engine; it caches parsed templates, so share one.
+        schemas: JSON Schemas by name for ``output.schemaRef``; read at run time.
+        token_counter: Counts tokens for ``maxInputTokens`` (default
+            :func:`approximate_tokens`).
+        redactor: Masks secrets in what the operation returns; the resolved credential
+            is added to it for each call.
+        redact_outputs: Also mask secrets in the value written or sent to the prompt.
+    """
+
+    params_model: ClassVar[type[BaseModel] | None] = LlmParams
+
+    def __init__(
+        self,
+        definition: OperationDefinition,
+        *,
+        providers: ProviderLookup | None = None,
+        credentials: CredentialResolver | None = None,
+        engine: TemplateEngine | None = None,
+        schemas: Mapping[str, Mapping[str, Any]] | None = None,
+        token_counter: TokenCounter | None = None,
+        redactor: Redactor = DEFAULT_REDACTOR,
+        redact_outputs: bool = True,
+    ) -> None:
+        self.definition = definition
+        self.providers = providers
+        self.credentials = credentials
+        self.engine = engine or TemplateEngine()
+        self.schemas: Mapping[str, Mapping[str, Any]] = schemas if schemas is not None else {}
+        self.token_counter: TokenCounter = token_counter or approximate_tokens
+        self.redactor = redactor
+        self.redact_outputs = redact_outputs
+        self._validators: dict[str, tuple[Mapping[str, Any], Validator]] = {}
+
+    # -- execute ---------------------------------------------------------------------------
+
+    async def execute(self, ctx: OperationContext) -> OperationResult:
+        """Make the aux call and return its effects (or an error result with summaries)."""
+        params = ctx.params
+        if not isinstance(params, LlmParams):
+            params = LlmParams.model_validate(params)
+        started = anyio.current_time()
+        ex = _Exchange(self.redactor, inputs_summary(params))
+        try:
+            value = await self._run(ctx, params, ex)
+        except _Failure as failure:
+            ex.outputs["durationMs"] = _ms(anyio.current_time() - started)
+            self._summarize_usage(ex)
+            return failed_result(
+                ex.redactor,
+                failure.code,
+                failure.message,
+                failure.details,
+                inputs_summary=ex.inputs,
+                outputs_summary=ex.outputs,
+            )
+        ex.outputs["durationMs"] = _ms(anyio.current_time() - started)
+        self._summarize_usage(ex)
+        if self.redact_outputs:
+            value = ex.redactor.redact_value(value)
+        mode = params.output.mode
+        return done_result(
+            ctx,
+            spec=params.write_artifact,
+            target=params.prompt_effect,
+            value=value,
+            default_format=ContentFormat.JSON if mode == "json" else ContentFormat.TEXT,
+            inputs_summary=ex.redactor.redact_value(ex.inputs),
+            outputs_summary=ex.redactor.redact_value(ex.outputs),
+        )
+
+    async def _run(self, ctx: OperationContext, params: LlmParams, ex: _Exchange) -> Any:
+        problem = prompt_effect_problem(ctx, params.prompt_effect is not None)
+        if problem is not None:
+            raise _Failure("policy_error", problem)
+        schema_ref = params.output.schema_ref
+        validator = None if schema_ref is None else self._validator(schema_ref)
+        provider = self._provider(params.provider_ref)
+        secret = await self._credential(params.credential_ref)
+        ex.redactor = with_secret(ex.redactor, secret)
+
+        system, prompt = self._render(ctx, params, ex)
+        if params.max_input_tokens is not None:
+            counted = self.token_counter((system or "") + prompt)
+            if counted > params.max_input_tokens:
+                raise _Failure(
+                    "budget_exceeded",
+                    f"the rendered input has about {counted} tokens, "
+                    f"more than maxInputTokens={params.max_input_tokens}",
+                    {"inputTokens": counted, "maxInputTokens": params.max_input_tokens},
+                )
+        messages = (
+            *(() if not system else (ProviderMessage(role="system", content=system),)),
+            ProviderMessage(role="user", content=prompt),
+        )
+        response = await self._call(ctx, params, ex, provider, messages, secret)
+        return self._interpret(params, ex, response, validator)
+
+    # -- steps -----------------------------------------------------------------------------
+
+    def _validator(self, schema_ref: str) -> Validator:
+        schema = self.schemas.get(schema_ref)
+        if schema is None:
+            known = ", ".join(sorted(self.schemas)) or "none"
+            raise _Failure(
+                "config_error",
+                f"output.schemaRef {schema_ref!r} is not a registered schema (known: {known})",
+                {"schemaRef": schema_ref},
+            )
+        cached = self._validators.get(schema_ref)
+        if cached is not None and cached[0] is schema:
+            return cached[1]
+        cls = validator_for(schema)
+        try:
+            cls.check_schema(dict(schema))
+        except SchemaError as exc:
+            raise _Failure(
+                "config_error",
+                f"schema {schema_ref!r} is not a valid JSON Schema: {exc.message}",
+                {"schemaRef": schema_ref},
+            ) from exc
+        validator: Validator = cls(schema)
+        self._validators[schema_ref] = (schema, validator)
+        return validator
+
+    def _provider(self, provider_ref: str) -> LlmProvider:
+        if self.providers is None:
+            raise _Failure(
+                "config_error",
+                f"no provider registry was given, so providerRef {provider_ref!r} is unknown",
+                {"providerRef": provider_ref},
+            )
+        try:
+            return self.providers.get(provider_ref)
+        except OpsrunError as exc:
+            raise _Failure("config_error", exc.message, {"providerRef": provider_ref}) from exc
+
+    async def _credential(self, credential_ref: str | None) -> str | None:
+        if credential_ref is None:
+            return None
+        if self.credentials is None:
+            raise _Failure("config_error", "credentialRef is set but no credential resolver")
+        try:
+            return await self.credentials.resolve(credential_ref)
+        except Exception as exc:
+            # The resolver's message may name the reference or worse: report only its code.
+            code = exc.code if isinstance(exc, OpsrunError) else type(exc).__name__
+            raise _Failure("config_error", f"credentialRef could not be resolved ({code})") from exc
+
+    def _render(
+        self, ctx: OperationContext, params: LlmParams, ex: _Exchange
+    ) -> tuple[str | None, str]:
+        context = ctx.template_context()
+        strict = params.strict_variables
+        field_name = "system"
+        try:
+            system = None
+            if params.system is not None:
+                system = self.engine.render(params.system, context, strict_variables=strict)
+                ex.inputs["renderedSystemHash"] = sha256_text(system)
+            field_name = "prompt"
+            prompt = self.engine.render(params.prompt, context, strict_variables=strict)
+        except TemplateError as exc:
+            raise _Failure(
+                "template_render_error",
+                f"{field_name}: {exc.message}",
+                {**exc.details, "field": field_name},
+            ) from exc
+        ex.inputs["renderedPromptHash"] = sha256_text(prompt)
+        return system, prompt
+
+    async def _call(
+        self,
+        ctx: OperationContext,
+        params: LlmParams,
+        ex: _Exchange,
+        provider: LlmProvider,
+        messages: tuple[ProviderMessage, ...],
+        secret: str | None,
+    ) -> LlmResponse:
+        retry = params.retry
+        timeout = None if params.timeout_ms is None else params.timeout_ms / 1000
+        level = provider.capabilities.structured_output
+        stepped_down = False
+        attempt = 0
+        while True:
+            attempt += 1
+            ex.outputs["attempts"] += 1
+            response_format = self._response_format(params, level)
+            request = LlmRequest(
+                messages=messages,
+                model=params.model,
+                samplers=params.samplers,
+                max_output_tokens=params.max_output_tokens,
+                stop=params.stop,
+                response_format=response_format,
+                credential=secret,
+                timeout=timeout,
+                meta={"runId": ctx.run.run_id, "operationId": ctx.operation_id},
+            )
+            error: _AttemptError
+            try:
+                with anyio.fail_after(timeout) if timeout is not None else nullcontext():
+                    response = await provider.complete(request)
+            except ResponseFormatRejected as exc:
+                lower = self._step_down(params, level)
+                if not stepped_down and response_format is not None and lower is not None:
+                    level, stepped_down = lower, True
+                    attempt -= 1  # the format step-down does not use up a retry
+                    continue
+                error = _AttemptError("provider_error", _describe(exc), "provider_error")
+            except RateLimited as exc:
+                error = _AttemptError("rate_limited", _describe(exc), "rate_limit", exc.retry_after)
+            except (ProviderTimeout, TimeoutError) as exc:
+                message = (
+                    f"the provider did not answer within timeoutMs={params.timeout_ms}"
+                    if not isinstance(exc, ProviderTimeout)
+                    else _describe(exc)
+                )
+                error = _AttemptError("timeout", message, "timeout")
+            except ProviderError as exc:
+                error = _AttemptError("provider_error", _describe(exc), "provider_error")
+            except Exception as exc:  # a provider adapter must not crash the operation
+                error = _AttemptError("provider_error", _describe(exc), "provider_error")
+            else:
+                ex.usage = _add_usage(ex.usage, response.usage)
+                if response.request_id is not None:
+                    ex.outputs["providerRequestId"] = response.request_id[:256]
+                ex.outputs["finishReason"] = response.finish_reason
+                if response.finish_reason != "error":
+                    return response
+                error = _AttemptError(
+                    "provider_error",
+                    f"the provider ended the reply with an error "
+                    f"({response.raw_finish_reason or 'error'})",
+                    "provider_error",
+                )
+            if attempt >= retry.max_attempts or error.retry_kind not in retry.retry_on:
+                raise _Failure(error.code, error.message, {"attempts": ex.outputs["attempts"]})
+            wait = max(retry.backoff_ms / 1000, error.retry_after or 0.0)
+            remaining = ctx.remaining()
+            if remaining is not None and wait >= remaining:
+                raise _Failure(
+                    error.code,
+                    f"{error.message} (no retry: waiting {wait:.3f}s would pass the deadline)",
+                    {"attempts": ex.outputs["attempts"]},
+                )
+            if wait > 0:
+                await anyio.sleep(wait)
+
+    def _response_format(self, params: LlmParams, level: StructuredOutput) -> ResponseFormat | None:
+        if params.output.mode != "json" or level == "none":
+            return None
+        schema_ref = params.output.schema_ref
+        schema = None if schema_ref is None else self.schemas.get(schema_ref)
+        if schema is not None and level in ("json_schema_strict", "json_schema"):
+            return ResponseFormat(
+                type="json_schema",
+                schema=schema,
+                name=schema_ref,
+                strict=level == "json_schema_strict",
+            )
+        return ResponseFormat(type="json")
+
+    def _step_down(self, params: LlmParams, level: StructuredOutput) -> StructuredOutput | None:
+        """The next weaker level that changes the request, or None."""
+        current = self._response_format(params, level)
+        index = STRUCTURED_OUTPUT_LEVELS.index(level)
+        for lower in STRUCTURED_OUTPUT_LEVELS[index + 1 :]:
+            if self._response_format(params, lower) != current:
+                return lower
+        return None
+
+    def _interpret(
+        self,
+        params: LlmParams,
+        ex: _Exchange,
+        response: LlmResponse,
+        validator: Validator | None,
+    ) -> Any:
+        if response.finish_reason == "content_filter":
+            raise _Failure(
+                "policy_error",
+                "the provider's content filter stopped the reply",
+                {"rawFinishReason": response.raw_finish_reason},
+            )
+        max_cost = params.budget.max_cost_usd
+        cost = None if ex.usage is None else ex.usage.cost_usd
+        if max_cost is not None and cost is not None and cost > max_cost:
+            raise _Failure(
+                "budget_exceeded",
+                f"the call cost {cost:.6f} USD, more than budget.maxCostUsd={max_cost}",
+                {"costUsd": cost, "maxCostUsd": max_cost},
+            )
+        text = response.text
+        if params.output.mode == "text":
+            return text
+        ex.outputs["rawTextPreview"] = text[:RAW_TEXT_PREVIEW]
+        ex.outputs["rawTextHash"] = sha256_text(text)
+        try:
+            value = parse_json_reply(text)
+        except ValueError as exc:
+            message = f"the reply is not valid JSON: {exc}"[:PARSE_ERROR_MESSAGE]
+            ex.outputs["parseErrorMessage"] = message
+            raise _Failure("output_parse_error", message) from exc
+        if validator is not None:
+            error = best_match(validator.iter_errors(value))
+            if error is not None:
+                message = (
+                    f"the reply does not match schema {params.output.schema_ref!r}: "
+                    f"{error.message} (at {error.json_path})"
+                )[:PARSE_ERROR_MESSAGE]
+                ex.outputs["parseErrorMessage"] = message
+                raise _Failure(
+                    "output_parse_error",
+                    message,
+                    {"schemaRef": params.output.schema_ref, "path": error.json_path},
+                )
+        return value
+
+    @staticmethod
+    def _summarize_usage(ex: _Exchange) -> None:
+        if ex.usage is not None:
+            usage = ex.usage.model_dump(by_alias=True, exclude_none=True)
+            if usage:
+                ex.outputs["usage"] = usage
+
+
+def inputs_summary(params: LlmParams) -> dict[str, Any]:
+    """``OperationRun.inputsSummary`` of an llm operation (seed 003 §11 6.1), before rendering.
+
+    The rendered-text hashes are added once rendering succeeded; ``credentialRef`` is
+    never included.
+    """
+    summary: dict[str, Any] = {
+        "providerRef": params.provider_ref,
+        "model": params.model,
+        "outputMode": params.output.mode,
+        "samplers": params.samplers.model_dump(by_alias=True, exclude_none=True),
+        "strictVariables": params.strict_variables,
+        "retry": {
+            "maxAttempts": params.retry.max_attempts,
+            "backoffMs": params.retry.backoff_ms,
+            "retryOn": list(params.retry.retry_on),
+        },
+    }
+    if params.output.schema_ref is not None:
+        summary["schemaRef"] = params.output.schema_ref
+    if params.max_output_tokens is not None:
+        summary["maxOutputTokens"] = params.max_output_tokens
+    if params.stop:
+        summary["stop"] = [s[:STOP_ITEM_CHARS] for s in params.stop[:STOP_ITEMS]]
+    if params.timeout_ms is not None:
+        summary["timeoutMs"] = params.timeout_ms
+    return summary
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, OpsrunError):
+        return exc.message
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 3)

@@ -1,0 +1,210 @@
+"""What the built-in kinds ``llm`` and ``template`` share, and :func:`builtin_kinds`.
+
+Both kinds turn one string (or, for ``llm`` in JSON mode, one parsed value) into at
+most one artifact write (``params.writeArtifact``) and at most one prompt-time effect
+(``params.promptEffect``). Everything they hand back passes a
+:class:`~opsrun._redact.Redactor` first: error messages and details, summaries, and
+unless ``redact_outputs=False`` the artifact value and the prompt text too, so a key
+that slips into a template or a reply never reaches a store or an event.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any, TypeAlias
+
+from .._redact import DEFAULT_REDACTOR, Redactor
+from ..model import (
+    AppendAfterLastUser,
+    AppendAfterLastUserTarget,
+    ArtifactWrite,
+    ContentFormat,
+    Hook,
+    InsertAtDepth,
+    InsertAtDepthTarget,
+    JsonValue,
+    OperationDefinition,
+    OperationResult,
+    PromptEffect,
+    SystemUpdate,
+    SystemUpdateTarget,
+    WriteArtifactSpec,
+)
+from ..ports import CredentialResolver, ProviderLookup
+from ._context import OperationContext
+from ._liquid import TemplateEngine
+from ._operation import KindFactory
+
+__all__ = [
+    "TokenCounter",
+    "approximate_tokens",
+    "builtin_kinds",
+]
+
+TokenCounter: TypeAlias = Callable[[str], int]
+"""Counts the tokens of a text, for ``maxInputTokens``."""
+
+_MIN_SECRET = 4
+"""Shorter literal secrets are not masked: they would mask ordinary text everywhere."""
+
+
+def approximate_tokens(text: str) -> int:
+    """The default token counter: one token per four characters, rounded up.
+
+    Close enough for English prose with common tokenizers; inject an exact counter
+    (``token_counter=``) when the limit matters.
+    """
+    return (len(text) + 3) // 4
+
+
+def with_secret(redactor: Redactor, secret: str | None) -> Redactor:
+    """``redactor`` that also masks ``secret`` literally (unchanged when it is too short)."""
+    if secret is None or len(secret) < _MIN_SECRET:
+        return redactor
+    return redactor.with_secrets(secret)
+
+
+def serialize(value: JsonValue) -> str:
+    """The text form of a value for the prompt: strings as they are, the rest as JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+def artifact_write(
+    ctx: OperationContext,
+    spec: WriteArtifactSpec,
+    value: JsonValue,
+    default_format: ContentFormat,
+) -> ArtifactWrite:
+    """The write of ``value`` to ``spec.tag``, based on the version the operation read."""
+    current = ctx.artifacts.get(spec.tag)
+    return ArtifactWrite(
+        tag=spec.tag,
+        value=value,
+        persisted=spec.persisted,
+        usage=spec.usage,
+        semantics=spec.semantics,
+        format=spec.format or default_format,
+        based_on_version=None if current is None else current.version,
+        retention=spec.retention,
+        prompt_inclusion=spec.prompt_inclusion,
+        ui_presentation=spec.ui_presentation,
+    )
+
+
+def prompt_effect(
+    target: AppendAfterLastUserTarget | SystemUpdateTarget | InsertAtDepthTarget,
+    content: str,
+    source: str,
+) -> PromptEffect:
+    """The prompt-time effect that sends ``content`` where ``target`` says."""
+    if isinstance(target, AppendAfterLastUserTarget):
+        return AppendAfterLastUser(role=target.role, content=content, source=source)
+    if isinstance(target, SystemUpdateTarget):
+        return SystemUpdate(mode=target.mode, content=content, source=source)
+    return InsertAtDepth(
+        depth_from_end=target.depth_from_end, role=target.role, content=content, source=source
+    )
+
+
+def done_result(
+    ctx: OperationContext,
+    *,
+    spec: WriteArtifactSpec | None,
+    target: AppendAfterLastUserTarget | SystemUpdateTarget | InsertAtDepthTarget | None,
+    value: JsonValue,
+    default_format: ContentFormat,
+    inputs_summary: dict[str, Any],
+    outputs_summary: dict[str, Any],
+) -> OperationResult:
+    """A ``done`` result writing ``value`` to ``spec`` and/or sending it to ``target``."""
+    artifact = None if spec is None else artifact_write(ctx, spec, value, default_format)
+    source = f"art.{spec.tag}" if spec is not None else ctx.operation_id
+    prompt = () if target is None else (prompt_effect(target, serialize(value), source),)
+    result = OperationResult.done(prompt=prompt, artifact=artifact)
+    return result.model_copy(
+        update={"inputs_summary": inputs_summary, "outputs_summary": outputs_summary}
+    )
+
+
+def failed_result(
+    redactor: Redactor,
+    code: str,
+    message: str,
+    details: Mapping[str, Any] | None,
+    *,
+    inputs_summary: dict[str, Any],
+    outputs_summary: dict[str, Any],
+) -> OperationResult:
+    """An ``error`` result with a redacted message, details and summaries."""
+    result = OperationResult.failed(
+        code,
+        redactor.redact(message)[:1024],
+        None if details is None else redactor.redact_value(dict(details)),
+    )
+    return result.model_copy(
+        update={
+            "inputs_summary": redactor.redact_value(inputs_summary),
+            "outputs_summary": redactor.redact_value(outputs_summary),
+        }
+    )
+
+
+def prompt_effect_problem(ctx: OperationContext, has_target: bool) -> str | None:
+    """Why a ``promptEffect`` cannot apply in this hook, or None."""
+    if has_target and ctx.hook != Hook.BEFORE_MAIN_LLM:
+        return (
+            f"promptEffect is only allowed in before_main_llm; {ctx.operation_id!r} "
+            f"runs in {ctx.hook.value}"
+        )
+    return None
+
+
+def builtin_kinds(
+    *,
+    providers: ProviderLookup | None = None,
+    credentials: CredentialResolver | None = None,
+    engine: TemplateEngine | None = None,
+    schemas: Mapping[str, Mapping[str, Any]] | None = None,
+    token_counter: TokenCounter | None = None,
+    redactor: Redactor = DEFAULT_REDACTOR,
+    redact_outputs: bool = True,
+) -> dict[str, KindFactory]:
+    """Factories of the built-in kinds for ``OperationCatalog(kinds=...)``.
+
+    Every operation built from them shares one :class:`TemplateEngine` (and so its
+    parse cache). ``schemas`` is read at run time, so schemas added to the mapping later
+    are found. Without ``providers`` every ``llm`` operation ends ``error(config_error)``.
+
+    Example::
+
+        catalog = OperationCatalog(kinds=builtin_kinds(providers=registry))
+        catalog.add_definition(OperationDefinition(operation_id="notes", name="Notes",
+                                                   kind="llm"))
+    """
+    # The kinds import this module's helpers, so they are imported here, not at the top.
+    from ._kind_llm import LlmOperation
+    from ._kind_template import TemplateOperation
+
+    shared_engine = engine or TemplateEngine()
+
+    def make_llm(definition: OperationDefinition) -> LlmOperation:
+        return LlmOperation(
+            definition,
+            providers=providers,
+            credentials=credentials,
+            engine=shared_engine,
+            schemas=schemas,
+            token_counter=token_counter,
+            redactor=redactor,
+            redact_outputs=redact_outputs,
+        )
+
+    def make_template(definition: OperationDefinition) -> TemplateOperation:
+        return TemplateOperation(
+            definition, engine=shared_engine, redactor=redactor, redact_outputs=redact_outputs
+        )
+
+    return {"llm": make_llm, "template": make_template}
