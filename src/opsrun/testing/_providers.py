@@ -35,7 +35,7 @@ class Delayed:
 
     seconds: float
     """How long the provider takes."""
-    reply: str | LlmResponse | BaseException
+    reply: str | LlmResponse | BaseException | Delayed
     """What it then answers (or raises)."""
 
 

@@ -1,0 +1,121 @@
+"""The aux LLM provider doubles users test with: scripted, function, recording, credentials."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from opsrun.errors import ConfigError, RateLimited
+from opsrun.model import Usage
+from opsrun.ports import LlmRequest, LlmResponse, ProviderCapabilities, ProviderMessage
+from opsrun.testing import (
+    Delayed,
+    FunctionProvider,
+    RecordingProvider,
+    ScriptedProvider,
+    StaticCredentials,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+def request(text: str = "hello", model: str = "m") -> LlmRequest:
+    return LlmRequest(messages=(ProviderMessage(role="user", content=text),), model=model)
+
+
+async def test_scripted_answers_in_order_then_the_default() -> None:
+    full = LlmResponse(text="full", finish_reason="length", request_id="r9")
+    provider = ScriptedProvider(["first", full])
+    assert (await provider.complete(request())).text == "first"
+    assert await provider.complete(request()) == full
+    assert (await provider.complete(request())).text == "OK"
+    assert provider.calls == 3
+
+
+async def test_scripted_text_replies_get_usage_model_and_request_id() -> None:
+    provider = ScriptedProvider(["12345678"])
+    response = await provider.complete(request("abcd", model="tiny"))
+    assert response.finish_reason == "stop"
+    assert response.usage == Usage(input_tokens=1, output_tokens=2, total_tokens=3)
+    assert response.model == "tiny"
+    assert response.request_id == "test-1"
+
+
+async def test_scripted_raises_queued_exceptions_and_records_the_request() -> None:
+    provider = ScriptedProvider([RateLimited("429", retry_after=1.5)])
+    with pytest.raises(RateLimited) as caught:
+        await provider.complete(request("x"))
+    assert caught.value.retry_after == 1.5
+    assert provider.last_request == request("x")
+
+
+async def test_scripted_without_default_fails_unexpected_calls() -> None:
+    provider = ScriptedProvider(default=None)
+    with pytest.raises(AssertionError, match="unexpected aux LLM call"):
+        await provider.complete(request())
+
+
+async def test_delayed_replies_take_their_time() -> None:
+    provider = ScriptedProvider([Delayed(10, "late")])
+    with anyio.move_on_after(0.02) as scope:
+        await provider.complete(request())
+    assert scope.cancelled_caught
+    provider.push(Delayed(0, Delayed(0, "nested")))
+    assert (await provider.complete(request())).text == "nested"
+
+
+async def test_capabilities_are_configurable() -> None:
+    caps = ProviderCapabilities(structured_output="json_object", developer_role=True)
+    assert ScriptedProvider(capabilities=caps).capabilities == caps
+    assert ScriptedProvider().capabilities.structured_output == "none"
+
+
+async def test_function_provider_accepts_sync_and_async_functions() -> None:
+    def sync(req: LlmRequest) -> str:
+        return req.messages[-1].content.upper()
+
+    async def asynchronous(req: LlmRequest) -> LlmResponse:
+        await anyio.sleep(0)
+        return LlmResponse(text=req.model)
+
+    assert (await FunctionProvider(sync).complete(request("abc"))).text == "ABC"
+    provider = FunctionProvider(asynchronous)
+    assert (await provider.complete(request(model="m2"))).text == "m2"
+    assert provider.requests == [request(model="m2")]
+
+
+async def test_function_provider_lets_exceptions_through() -> None:
+    def boom(req: LlmRequest) -> str:
+        raise RuntimeError("down")
+
+    with pytest.raises(RuntimeError, match="down"):
+        await FunctionProvider(boom).complete(request())
+
+
+async def test_function_provider_rejects_replies_of_the_wrong_type() -> None:
+    with pytest.raises(TypeError):
+        await FunctionProvider(lambda req: 42).complete(request())  # type: ignore[arg-type,return-value]
+
+
+async def test_recording_provider_keeps_requests_responses_and_errors() -> None:
+    inner = ScriptedProvider(
+        ["one", ValueError("bad")], capabilities=ProviderCapabilities("json_schema")
+    )
+    recording = RecordingProvider(inner)
+    await recording.complete(request("a"))
+    with pytest.raises(ValueError, match="bad"):
+        await recording.complete(request("b"))
+    assert recording.capabilities.structured_output == "json_schema"
+    assert [r.messages[0].content for r in recording.requests] == ["a", "b"]
+    assert [r.text for r in recording.responses] == ["one"]
+    assert isinstance(recording.exchanges[1].error, ValueError)
+    assert recording.exchanges[1].response is None
+
+
+async def test_static_credentials() -> None:
+    creds = StaticCredentials({"ref": "the-secret"})
+    assert await creds.resolve("ref") == "the-secret"
+    assert creds.resolved == ["ref"]
+    with pytest.raises(ConfigError):
+        await creds.resolve("other")
+    assert "the-secret" not in repr(creds)
