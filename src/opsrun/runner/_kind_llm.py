@@ -227,8 +227,8 @@ class LlmOperation(Operation):
             target=params.prompt_effect,
             value=value,
             default_format=ContentFormat.JSON if mode == "json" else ContentFormat.TEXT,
-            inputs_summary=ex.redactor.redact_value(ex.inputs),
-            outputs_summary=ex.redactor.redact_value(ex.outputs),
+            inputs_summary=_redact_fields(ex.redactor, ex.inputs, _FREE_TEXT_INPUTS),
+            outputs_summary=_redact_fields(ex.redactor, ex.outputs, _FREE_TEXT_OUTPUTS),
         )
 
     async def _run(self, ctx: OperationContext, params: LlmParams, ex: _Exchange) -> Any:
@@ -515,6 +515,22 @@ def inputs_summary(params: LlmParams) -> dict[str, Any]:
     if params.timeout_ms is not None:
         summary["timeoutMs"] = params.timeout_ms
     return summary
+
+
+_FREE_TEXT_INPUTS = ("providerRef", "model", "schemaRef", "stop")
+_FREE_TEXT_OUTPUTS = ("providerRequestId", "rawTextPreview", "parseErrorMessage")
+"""Summary fields that can carry host or provider text; the others are numbers, hashes
+and fixed words, so a successful call redacts only these (error results redact all)."""
+
+
+def _redact_fields(
+    redactor: Redactor, summary: dict[str, Any], fields: tuple[str, ...]
+) -> dict[str, Any]:
+    out = dict(summary)
+    for key in fields:
+        if key in out:
+            out[key] = redactor.redact_value(out[key])
+    return out
 
 
 def _describe(exc: BaseException) -> str:
