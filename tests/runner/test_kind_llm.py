@@ -27,6 +27,7 @@ from opsrun.model import (
 from opsrun.ports import LlmRequest, LlmResponse, ProviderCapabilities, ResponseFormat
 from opsrun.providers import ProviderRegistry
 from opsrun.runner import (
+    AbortSignal,
     LlmOperation,
     OperationCatalog,
     OperationContext,
@@ -632,3 +633,42 @@ async def test_runs_without_a_registry_end_in_config_error() -> None:
     )
     assert result.operation("x").error is not None
     assert result.operation("x").error.code == "config_error"  # type: ignore[union-attr]
+
+
+async def test_a_retry_that_would_pass_the_deadline_is_not_made() -> None:
+    h = Harness(ScriptedProvider([RateLimited("429", retry_after=30), "never"]))
+    params = llm_params(retry={"maxAttempts": 3, "retryOn": ["rate_limit"]})
+    with anyio.fail_after(5):  # safety bound: the operation must not sleep 30 s
+        result = await h.run(params, timeout_ms=2000)
+    op = aux(result)
+    assert error_code(result) == "rate_limited"
+    assert op.error is not None
+    assert "no retry" in op.error.message
+    assert op.outputs_summary["attempts"] == 1
+    assert h.provider.calls == 1
+
+
+async def test_abort_during_the_call_ends_the_operation_aborted() -> None:
+    signal = AbortSignal()
+
+    async def slow(request: LlmRequest) -> str:
+        signal.abort()
+        await anyio.sleep(30)
+        return "never"
+
+    h = Harness(FunctionProvider(slow))
+    entry = ProfileOperation(
+        operation_id="aux", config=OperationConfig(hooks=(B,), order=1, params=llm_params())
+    )
+    await h.stores.profiles.save_profile(
+        OperationProfile(
+            profile_id="p", name="P", operation_profile_session_id="s1", operations=(entry,)
+        )
+    )
+    with anyio.fail_after(5):
+        result = await h.runner.run(
+            RunRequest(trigger=Trigger.GENERATE, chat_id="c", profile_id="p", user_message="x"),
+            abort=signal,
+        )
+    assert aux(result).status == OperationStatus.ABORTED
+    assert result.status.value == "aborted"
