@@ -46,10 +46,7 @@ class EventEmitter:
     def emit(self, event_type: type[Any], **fields: Any) -> RunEvent:
         """Build the next event of ``event_type`` and queue it for delivery."""
         self.seq += 1
-        # Fields come from validated models and enums: skip re-validation on this hot path.
-        event: RunEvent = event_type.model_construct(
-            seq=self.seq, ts=self._clock.now(), **self._base, **fields
-        )
+        event: RunEvent = event_type(seq=self.seq, ts=self._clock.now(), **self._base, **fields)
         self._send.send_nowait(event)
         return event
 

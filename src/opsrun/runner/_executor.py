@@ -8,6 +8,7 @@ look the operation up by ``ctx.definition.operation_id`` on the worker side and 
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Protocol
 
 import anyio
@@ -42,14 +43,36 @@ class InProcessExecutor:
         if limit < 1:
             raise ValueError("limit must be at least 1")
         self.limit = limit
-        self._limiter: anyio.CapacityLimiter | None = None
+        self._running = 0
+        self._waiters: deque[anyio.Event] = deque()
 
     async def execute(self, operation: Operation, ctx: OperationContext) -> OperationResult:
-        """Await ``operation.execute(ctx)`` inside the concurrency limit."""
-        if self._limiter is None:
-            self._limiter = anyio.CapacityLimiter(self.limit)
-        async with self._limiter:
+        """Await ``operation.execute(ctx)`` inside the concurrency limit (FIFO when full)."""
+        if self._running >= self.limit or self._waiters:
+            waiter = anyio.Event()
+            self._waiters.append(waiter)
+            try:
+                await waiter.wait()
+            except BaseException:
+                # Cancelled while queued: hand a slot we were given to the next in line.
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+                elif waiter.is_set():
+                    self._release()
+                raise
+        else:
+            self._running += 1
+        try:
             return await operation.execute(ctx)
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        if self._waiters:
+            # The slot passes straight to the next waiter: _running stays the same.
+            self._waiters.popleft().set()
+        else:
+            self._running -= 1
 
 
 class ThreadExecutor:

@@ -286,6 +286,7 @@ class _RunState:
         self.run_only: dict[str, Artifact] = {}
         self.prompt_effects: list[tuple[str, PromptEffect]] = []
         self.applied: list[AppliedEffect] = []
+        self.commit_count = 0
         self.draft_prompt: tuple[PromptMessage, ...] = ()
         self.prompt_messages: tuple[PromptMessage, ...] = ()
         self.main_llm = MainLlmCall()

@@ -7,8 +7,10 @@ dependencies, so an operation whose dependencies finished early starts at once
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -17,6 +19,7 @@ from ..errors import OperationFailed, bound_details
 from ..model import (
     Artifact,
     ArtifactWrite,
+    ChatMessage,
     Hook,
     OperationConfig,
     OperationDefinition,
@@ -83,8 +86,7 @@ class OpExec:
         self.error = error
 
     def record(self, run_id: str, trigger: Trigger) -> OperationRun:
-        # Every field is already validated (definition, config, enums): construct directly.
-        return OperationRun.model_construct(
+        return OperationRun(
             run_id=run_id,
             operation_id=self.operation_id,
             operation_name=self.definition.name,
@@ -113,20 +115,50 @@ def error_of(code: str, message: str, details: dict[str, Any] | None = None) -> 
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _HookView:
+    """What every operation of one hook execution reads."""
+
+    history: tuple[ChatMessage, ...]
+    base: dict[str, Artifact]
+
+    @property
+    def shared(self) -> Mapping[str, Artifact]:
+        return MappingProxyType(self.base)
+
+
+_TIMED_OUT = object()
+"""Marks an execution whose timeout scope cut it off before it returned."""
+
+
 async def run_hook(state: _RunState, hook: Hook) -> None:
     """Execute every planned operation of ``hook``; returns when all are terminal."""
     execs = [e for e in state.execs if e.hook == hook]
     by_id = {e.operation_id: e for e in execs}
     pending = [e for e in execs if e.status == OperationStatus.PLANNED]
+    awaited = {dep for e in pending for dep in e.config.depends_on}
     for e in pending:
-        e.finished = anyio.Event()
+        # Only operations something waits for need a completion event.
+        if e.operation_id in awaited:
+            e.finished = anyio.Event()
     pending.sort(key=lambda e: (e.config.order, e.operation_id))
+    # Nothing commits while a hook executes, so its history and committed artifacts are
+    # read once and shared (read-only) by every operation of the hook.
+    view = _HookView(
+        history=state.context_history(hook),
+        base=state.committed_artifacts(),
+    )
     async with anyio.create_task_group() as tg:
+        # An abort cancels this scope: every task of the hook stops at its next await and
+        # is marked aborted when the run finishes. Per-operation scopes exist only for
+        # operations with a timeout, which keeps the common path cheap.
+        state.scopes.add(tg.cancel_scope)
         for e in pending:
-            tg.start_soon(_run_one, state, e, by_id)
+            tg.start_soon(_run_one, state, e, by_id, view)
+    state.scopes.discard(tg.cancel_scope)
 
 
-async def _run_one(state: _RunState, e: OpExec, by_id: dict[str, OpExec]) -> None:
+async def _run_one(state: _RunState, e: OpExec, by_id: dict[str, OpExec], view: _HookView) -> None:
     try:
         for dep_id in e.config.depends_on:
             dep = by_id.get(dep_id)
@@ -150,14 +182,14 @@ async def _run_one(state: _RunState, e: OpExec, by_id: dict[str, OpExec]) -> Non
             e.end(OperationStatus.ABORTED)
             state.announce_finished(e)
             return
-        await _execute(state, e, by_id)
+        await _execute(state, e, by_id, view)
         state.announce_finished(e)
     finally:
-        assert e.finished is not None
-        e.finished.set()
+        if e.finished is not None:
+            e.finished.set()
 
 
-async def _execute(state: _RunState, e: OpExec, by_id: dict[str, OpExec]) -> None:
+async def _execute(state: _RunState, e: OpExec, by_id: dict[str, OpExec], view: _HookView) -> None:
     assert e.implementation is not None
     e.status = OperationStatus.RUNNING
     e.started_at = state.clock.now()
@@ -175,8 +207,8 @@ async def _execute(state: _RunState, e: OpExec, by_id: dict[str, OpExec]) -> Non
         definition=e.definition,
         config=e.config,
         params=e.params,
-        history=state.context_history(e.hook),
-        artifacts=_visible_artifacts(state, e, by_id),
+        history=view.history,
+        artifacts=_visible_artifacts(state, e, by_id, view) if e.config.depends_on else view.shared,
         prompt=state.draft_prompt if e.hook == Hook.BEFORE_MAIN_LLM else None,
         main_llm=state.main_llm if e.hook == Hook.AFTER_MAIN_LLM else None,
         deadline=None if timeout is None else t0 + timeout,
@@ -185,11 +217,14 @@ async def _execute(state: _RunState, e: OpExec, by_id: dict[str, OpExec]) -> Non
     )
     result: OperationResult | None = None
     failure: OperationError | None = None
-    scope = anyio.CancelScope(deadline=ctx.deadline if ctx.deadline is not None else float("inf"))
-    state.scopes.add(scope)
     try:
-        with scope:
-            returned: object = await state.executor.execute(e.implementation, ctx)
+        returned: object = _TIMED_OUT
+        if timeout is None:
+            returned = await state.executor.execute(e.implementation, ctx)
+        else:
+            with anyio.CancelScope(deadline=t0 + timeout):
+                returned = await state.executor.execute(e.implementation, ctx)
+        if returned is not _TIMED_OUT:
             if not isinstance(returned, OperationResult):
                 # e.g. a forgotten ``return``: not a timeout, a broken operation
                 raise TypeError(f"returned {type(returned).__name__}, not an OperationResult")
@@ -199,12 +234,10 @@ async def _execute(state: _RunState, e: OpExec, by_id: dict[str, OpExec]) -> Non
     except Exception as exc:  # an operation must never crash the run
         failure = error_of("operation_exception", f"{type(exc).__name__}: {exc}")
     finally:
-        state.scopes.discard(scope)
-    e.finished_at = state.clock.now()
-    e.duration_ms = (anyio.current_time() - t0) * 1000
-    if state.abort_reason is not None and (result is None or scope.cancel_called):
-        e.end(OperationStatus.ABORTED)
-    elif failure is not None:
+        # Also reached when an abort cancels the hook: the run marks the operation aborted.
+        e.finished_at = state.clock.now()
+        e.duration_ms = (anyio.current_time() - t0) * 1000
+    if failure is not None:
         e.end(OperationStatus.ERROR, error=failure)
     elif result is None or (timeout is not None and e.duration_ms >= timeout * 1000):
         e.end(
@@ -257,10 +290,10 @@ def policy_problem(e: OpExec, result: OperationResult) -> str | None:
 
 
 def _visible_artifacts(
-    state: _RunState, e: OpExec, by_id: dict[str, OpExec]
+    state: _RunState, e: OpExec, by_id: dict[str, OpExec], view: _HookView
 ) -> dict[str, Artifact]:
     """Committed artifacts plus the staged writes of ``e``'s transitive dependencies."""
-    visible = state.committed_artifacts()
+    visible = dict(view.base)
     stack = list(e.config.depends_on)
     seen: set[str] = set()
     staged: list[OpExec] = []

@@ -57,7 +57,8 @@ async def commit_hook(state: _RunState, hook: Hook) -> None:
             state.prompt_effects.append((e.operation_id, prompt_effect))
             applied.append(_applied(state, e, prompt_effect.type, len(applied)))
         e.committed = True
-        e.commit_index = sum(1 for x in state.execs if x.committed) - 1
+        e.commit_index = state.commit_count
+        state.commit_count += 1
         state.applied.extend(applied)
 
 
