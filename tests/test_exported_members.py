@@ -21,6 +21,7 @@ PUBLIC_MODULES = [
     "opsrun.stores",
     "opsrun.protocol",
     "opsrun.testing",
+    "opsrun.providers",
 ]
 
 

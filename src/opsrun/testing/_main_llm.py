@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import inspect
+from contextlib import aclosing
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
 import anyio
@@ -35,7 +36,7 @@ class _Streaming:
         """The most recent request, or None."""
         return self.requests[-1] if self.requests else None
 
-    async def _stream_reply(self, reply: Reply) -> AsyncIterator[str | MainLlmDone]:
+    async def _stream_reply(self, reply: Reply) -> AsyncGenerator[str | MainLlmDone, None]:
         if isinstance(reply, BaseException):
             if self.delay:
                 await anyio.sleep(self.delay)
@@ -98,8 +99,9 @@ class FunctionMainLlm(_Streaming):
                 reply = await reply
         except Exception as exc:
             reply = exc
-        async for item in self._stream_reply(reply):
-            yield item
+        async with aclosing(self._stream_reply(reply)) as items:
+            async for item in items:
+                yield item
 
     def stream(self, request: MainLlmRequest) -> AsyncIterator[str | MainLlmDone]:
         """Record the request and stream the computed reply."""
