@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import inspect
-from contextlib import aclosing
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import aclosing
 from typing import Any
 
 import anyio
