@@ -21,6 +21,7 @@ $(STAMP_DEV): pyproject.toml | $(BIN)/python
 
 demo: $(STAMP_RUN)
 	$(BIN)/python examples/quickstart.py
+	$(BIN)/python examples/notes_and_stats.py
 	$(BIN)/python examples/plan_apply.py
 
 lint: $(STAMP_DEV)
