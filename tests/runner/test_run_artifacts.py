@@ -6,6 +6,7 @@ from typing import Any
 
 import anyio
 import pytest
+from _support import A, B, generate, op, use_profile
 
 from opsrun.model import (
     Artifact,
@@ -14,19 +15,13 @@ from opsrun.model import (
     AssistantMeta,
     DurableRetention,
     FailedType,
-    Hook,
-    OperationConfig,
-    OperationProfile,
     OperationProfileSessionKey,
     OperationResult,
     OperationStatus,
     OverwriteRetention,
-    ProfileOperation,
     Retention,
-    RunRequest,
     RunResult,
     RunStatus,
-    Trigger,
     UserVariant,
     WindowRetention,
 )
@@ -34,31 +29,11 @@ from opsrun.runner import OperationCatalog, OperationContext, Runner
 from opsrun.stores import InMemoryStores
 from opsrun.testing import FakeClock
 
-B, A = Hook.BEFORE_MAIN_LLM, Hook.AFTER_MAIN_LLM
 KEY = OperationProfileSessionKey(
     chat_id="c", branch_id="main", profile_ref="p", operation_profile_session_id="s1"
 )
+
 pytestmark = pytest.mark.anyio
-
-
-def op(op_id: str, *hooks: Hook, order: float = 1, **config: Any) -> ProfileOperation:
-    return ProfileOperation(
-        operation_id=op_id, config=OperationConfig(hooks=hooks or (B,), order=order, **config)
-    )
-
-
-async def use_profile(stores: InMemoryStores, *ops: ProfileOperation) -> None:
-    await stores.profiles.save_profile(
-        OperationProfile(
-            profile_id="p", name="P", operation_profile_session_id="s1", operations=ops
-        )
-    )
-
-
-def generate(text: str = "hi", **kw: Any) -> RunRequest:
-    return RunRequest(
-        trigger=Trigger.GENERATE, chat_id="c", profile_id="p", user_message=text, **kw
-    )
 
 
 def counter(catalog: OperationCatalog, retention: Retention | None) -> None:

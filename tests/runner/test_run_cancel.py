@@ -3,52 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 import anyio
 import pytest
+from _support import A, B, generate, op, use_profile
 
 from opsrun.model import (
     FinishReason,
-    Hook,
     MainLlmStatus,
-    OperationConfig,
-    OperationProfile,
     OperationResult,
     OperationStatus,
-    ProfileOperation,
     RunRequest,
     RunResult,
     RunStatus,
-    Trigger,
 )
 from opsrun.ports import MainLlmDone, MainLlmRequest
 from opsrun.runner import AbortSignal, OperationCatalog, OperationContext, Runner
 from opsrun.stores import InMemoryStores
 from opsrun.testing import ScriptedMainLlm
 
-B, A = Hook.BEFORE_MAIN_LLM, Hook.AFTER_MAIN_LLM
 pytestmark = pytest.mark.anyio
-
-
-def op(op_id: str, *hooks: Hook, order: float = 1, **config: Any) -> ProfileOperation:
-    return ProfileOperation(
-        operation_id=op_id, config=OperationConfig(hooks=hooks or (B,), order=order, **config)
-    )
-
-
-async def use_profile(stores: InMemoryStores, *ops: ProfileOperation) -> None:
-    await stores.profiles.save_profile(
-        OperationProfile(
-            profile_id="p", name="P", operation_profile_session_id="s1", operations=ops
-        )
-    )
-
-
-def generate(**kw: Any) -> RunRequest:
-    return RunRequest(
-        trigger=Trigger.GENERATE, chat_id="c", profile_id="p", user_message="hi", **kw
-    )
 
 
 class Tracker:

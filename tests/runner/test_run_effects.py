@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from _support import A, B, generate, op, use_profile
 
 from opsrun.model import (
     AppendAfterLastUser,
@@ -14,21 +15,15 @@ from opsrun.model import (
     ChatMessage,
     ChatRole,
     DomainRole,
-    Hook,
     InsertAtDepth,
     MessageVariant,
-    OperationConfig,
     OperationEffects,
     OperationError,
-    OperationProfile,
     OperationResult,
     OperationStatus,
-    ProfileOperation,
     PromptEffect,
-    RunRequest,
     RunStatus,
     SystemUpdate,
-    Trigger,
     UserVariant,
 )
 from opsrun.ports import ProviderMessage
@@ -36,28 +31,7 @@ from opsrun.runner import OperationCatalog, OperationContext, Runner, build_prom
 from opsrun.stores import InMemoryStores
 from opsrun.testing import ScriptedMainLlm
 
-B, A = Hook.BEFORE_MAIN_LLM, Hook.AFTER_MAIN_LLM
 pytestmark = pytest.mark.anyio
-
-
-def op(op_id: str, *hooks: Hook, order: float = 1, **config: Any) -> ProfileOperation:
-    return ProfileOperation(
-        operation_id=op_id, config=OperationConfig(hooks=hooks or (B,), order=order, **config)
-    )
-
-
-async def use_profile(stores: InMemoryStores, *ops: ProfileOperation) -> None:
-    await stores.profiles.save_profile(
-        OperationProfile(
-            profile_id="p", name="P", operation_profile_session_id="s1", operations=ops
-        )
-    )
-
-
-def generate(text: str = "hi", **kw: Any) -> RunRequest:
-    return RunRequest(
-        trigger=Trigger.GENERATE, chat_id="c", profile_id="p", user_message=text, **kw
-    )
 
 
 def returning(catalog: OperationCatalog, op_id: str, result: OperationResult) -> None:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import random
-from typing import Any
 
 import pytest
+from _support import A, B, generate, op
 
 from opsrun.errors import ProviderError
 from opsrun.model import (
@@ -13,15 +13,12 @@ from opsrun.model import (
     FinishReason,
     Hook,
     MainLlmStatus,
-    OperationConfig,
     OperationProfile,
     OperationResult,
     OperationStatus,
-    ProfileOperation,
     RunEvent,
     RunEventAdapter,
     RunPhase,
-    RunRequest,
     RunStatus,
     Trigger,
 )
@@ -29,7 +26,6 @@ from opsrun.runner import EventLog, OperationCatalog, OperationContext, Runner
 from opsrun.stores import InMemoryStores
 from opsrun.testing import FakeClock, ScriptedMainLlm, SequentialIds
 
-B, A = Hook.BEFORE_MAIN_LLM, Hook.AFTER_MAIN_LLM
 pytestmark = pytest.mark.anyio
 
 ALL_TYPES = {
@@ -42,18 +38,6 @@ ALL_TYPES = {
     "main_llm.finished",
     "run.finished",
 }
-
-
-def op(op_id: str, *hooks: Hook, order: float = 1, **config: Any) -> ProfileOperation:
-    return ProfileOperation(
-        operation_id=op_id, config=OperationConfig(hooks=hooks or (B,), order=order, **config)
-    )
-
-
-def generate(text: str = "hi", **kw: Any) -> RunRequest:
-    return RunRequest(
-        trigger=Trigger.GENERATE, chat_id="c", profile_id="p", user_message=text, **kw
-    )
 
 
 class RecordingSink:

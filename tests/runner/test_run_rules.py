@@ -6,6 +6,7 @@ from typing import Any
 
 import anyio
 import pytest
+from _support import A, B, generate, op, use_profile
 
 from opsrun.errors import (
     OperationFailed,
@@ -24,11 +25,8 @@ from opsrun.model import (
     FinishReason,
     Hook,
     MainLlmStatus,
-    OperationConfig,
-    OperationProfile,
     OperationResult,
     OperationStatus,
-    ProfileOperation,
     RunRequest,
     RunStatus,
     Trigger,
@@ -38,28 +36,7 @@ from opsrun.runner import OperationCatalog, OperationContext, Runner
 from opsrun.stores import InMemoryStores
 from opsrun.testing import ScriptedMainLlm
 
-B, A = Hook.BEFORE_MAIN_LLM, Hook.AFTER_MAIN_LLM
 pytestmark = pytest.mark.anyio
-
-
-def op(op_id: str, *hooks: Hook, order: float = 1, **config: Any) -> ProfileOperation:
-    return ProfileOperation(
-        operation_id=op_id, config=OperationConfig(hooks=hooks or (B,), order=order, **config)
-    )
-
-
-async def use_profile(stores: InMemoryStores, *ops: ProfileOperation, **kw: Any) -> None:
-    await stores.profiles.save_profile(
-        OperationProfile(
-            profile_id="p", name="P", operation_profile_session_id="s1", operations=ops, **kw
-        )
-    )
-
-
-def generate(text: str = "hi", **kw: Any) -> RunRequest:
-    return RunRequest(
-        trigger=Trigger.GENERATE, chat_id="c", profile_id="p", user_message=text, **kw
-    )
 
 
 def register(catalog: OperationCatalog, op_id: str, result: OperationResult | None = None) -> None:
