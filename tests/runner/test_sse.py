@@ -191,6 +191,7 @@ async def test_closing_early_stops_the_source() -> None:
                 break
     with anyio.fail_after(2):
         await finished.wait()
+    assert finished.is_set(), "closing the SSE stream must close its source"
 
 
 @pytest.mark.anyio
