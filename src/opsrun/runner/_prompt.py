@@ -20,21 +20,11 @@ import hashlib
 import json
 from collections.abc import Sequence
 
-from ..model import (
-    AppendAfterLastUser,
-    ChatMessage,
-    DomainRole,
-    InsertAtDepth,
-    PromptEffect,
-    PromptMessage,
-    PromptSource,
-    SystemUpdate,
-)
+from ..model import ChatMessage, DomainRole, PromptEffect, PromptMessage
 from ..ports import ProviderMessage
+from ._inclusion import assemble_prompt, plan_inclusions
 
 __all__ = ["build_prompt", "prompt_hash", "to_provider_messages"]
-
-_SYSTEM_SOURCE = PromptSource(kind="system")
 
 
 def build_prompt(
@@ -42,63 +32,17 @@ def build_prompt(
     history: Sequence[ChatMessage],
     effects: Sequence[tuple[str, PromptEffect]],
 ) -> list[PromptMessage]:
-    """Assemble the effective prompt.
+    """Assemble the effective prompt from system prompt, history and prompt-time effects.
+
+    The same as :func:`~opsrun.runner.assemble_prompt` with no artifact inclusions:
+    there is one implementation of the placement rules above.
 
     Args:
         system_prompt: The base system prompt.
         history: Messages up to and including the current user message, oldest first.
         effects: ``(operationId, effect)`` pairs in commit order.
     """
-    system = system_prompt
-    system_sources: list[PromptSource] = []
-    after_user: list[PromptMessage] = []
-    tail: list[PromptMessage] = []
-    n = len(history)
-    at_slot: dict[int, list[PromptMessage]] = {}
-    for op_id, effect in effects:
-        source = PromptSource(kind="effect", operation_id=op_id, effect=effect.type)
-        if isinstance(effect, SystemUpdate):
-            if effect.mode == "prepend":
-                system = effect.content + system
-            elif effect.mode == "append":
-                system = system + effect.content
-            else:
-                system = effect.content
-            system_sources.append(source)
-        elif isinstance(effect, AppendAfterLastUser):
-            after_user.append(
-                PromptMessage(role=effect.role, content=effect.content, source=source)
-            )
-        else:
-            assert isinstance(effect, InsertAtDepth)
-            message = PromptMessage(role=effect.role, content=effect.content, source=source)
-            if effect.depth_from_end == 0:
-                tail.append(message)
-            else:
-                at_slot.setdefault(max(0, n + effect.depth_from_end), []).append(message)
-
-    messages: list[PromptMessage] = []
-    if system:
-        messages.append(
-            PromptMessage(
-                role=DomainRole.SYSTEM,
-                content=system,
-                source=system_sources[-1] if system_sources else _SYSTEM_SOURCE,
-            )
-        )
-    for index, chat_message in enumerate(history):
-        messages.extend(at_slot.get(index, ()))
-        messages.append(
-            PromptMessage(
-                role=DomainRole(chat_message.role.value),
-                content=chat_message.prompt_text,
-                source=PromptSource(kind="history", message_id=chat_message.message_id),
-            )
-        )
-    messages.extend(at_slot.get(n, ()))
-    messages.extend(after_user)
-    messages.extend(tail)
-    return messages
+    return assemble_prompt(system_prompt, history, plan_inclusions((), history, history), effects)
 
 
 def to_provider_messages(
