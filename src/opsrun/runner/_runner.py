@@ -9,6 +9,7 @@ from typing import Any
 
 import anyio
 
+from .._redact import DEFAULT_REDACTOR, Redactor
 from ..errors import NotFound, ProfileInvalid, RunError, bound_details
 from ..model import (
     AppliedEffect,
@@ -20,6 +21,7 @@ from ..model import (
     Hook,
     MainLlmCall,
     MessageVariant,
+    OperationError,
     OperationProfile,
     OperationProfileSessionKey,
     OperationStatus,
@@ -100,6 +102,7 @@ class Runner:
         clock: Clock | None = None,
         ids: IdFactory | None = None,
         summarize: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        redactor: Redactor | None = None,
     ) -> None:
         self.catalog = catalog
         self.profiles = profiles
@@ -111,11 +114,19 @@ class Runner:
         self.events = events
         self.clock: Clock = clock or SystemClock()
         self.ids: IdFactory = ids or UuidIds()
-        self.summarize = summarize or bound_details
+        self.redactor: Redactor = redactor or DEFAULT_REDACTOR
+        self.summarize = summarize or self._summarize
         self._active: dict[str, AbortSignal] = {}
         self._finished: dict[str, anyio.Event] = {}
         # Profiles are immutable: validation results are cached per profile object.
         self._validated: dict[int, tuple[OperationProfile, list[ProfileIssue]]] = {}
+
+    def _summarize(self, summary: dict[str, Any]) -> dict[str, Any]:
+        """The default summariser: bounded, then redacted."""
+        if not summary:
+            return {}
+        redacted: dict[str, Any] = self.redactor.redact_value(bound_details(summary))
+        return redacted
 
     def abort(self, run_id: str, reason: str = "user_abort") -> bool:
         """Abort an active run of this runner; return False when it is not active."""
@@ -302,6 +313,15 @@ class _RunState:
             self.abort_reason = reason
         for scope in list(self.scopes):
             scope.cancel()
+
+    def redact_error(self, error: OperationError) -> OperationError:
+        """``error`` with secrets masked in its message and details."""
+        redactor = self.runner.redactor
+        message = redactor.redact(error.message)
+        details = redactor.redact_value(error.details) if error.details else error.details
+        if message == error.message and details == error.details:
+            return error
+        return error.model_copy(update={"message": message, "details": details})
 
     def committed_artifacts(self) -> dict[str, Artifact]:
         return overlay(self.persisted, self.run_only)

@@ -324,7 +324,13 @@ def _visible_artifacts(
 
 
 def announce(state: _RunState, e: OpExec) -> None:
-    """Emit ``operation.finished`` for ``e`` (used by the run state)."""
+    """Emit ``operation.finished`` for ``e`` (used by the run state).
+
+    The error is redacted here, once, so the event and the stored record carry the
+    same masked text.
+    """
+    if e.error is not None:
+        e.error = state.redact_error(e.error)
     state.emitter.emit(
         OperationFinished,
         hook=e.hook,
