@@ -204,6 +204,8 @@ class MainLlmRequest:
     """generate or regenerate."""
     meta: Mapping[str, str] = field(default_factory=dict)
     """Host-defined extras."""
+    params: Mapping[str, Any] = field(default_factory=dict)
+    """Generation settings from ``RunRequest.main_llm_params`` (provider, model, …)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -92,7 +92,15 @@ from ._params import RetryPolicy as RetryPolicy
 from ._params import Samplers as Samplers
 from ._params import SystemUpdateTarget as SystemUpdateTarget
 from ._params import TemplateParams as TemplateParams
+from ._prompt import Action as Action
+from ._prompt import AugmentationStorage as AugmentationStorage
+from ._prompt import InclusionRecord as InclusionRecord
+from ._prompt import Phase as Phase
+from ._prompt import PromptSnapshot as PromptSnapshot
+from ._prompt import SnapshotMessage as SnapshotMessage
+from ._prompt import TrimmedEntry as TrimmedEntry
 from ._run import AppliedEffect as AppliedEffect
+from ._run import ArtifactRef as ArtifactRef
 from ._run import FailedDetails as FailedDetails
 from ._run import MainLlmCall as MainLlmCall
 from ._run import OperationRun as OperationRun
@@ -108,6 +116,7 @@ def profile_json_schema() -> dict[str, Any]:
 
 
 __all__ = [
+    "Action",
     "AfterLastUser",
     "AfterMessageId",
     "Anchor",
@@ -115,12 +124,14 @@ __all__ = [
     "AppendAfterLastUserTarget",
     "AppliedEffect",
     "Artifact",
+    "ArtifactRef",
     "ArtifactUsage",
     "ArtifactVersion",
     "ArtifactWrite",
     "AssistantBlocks",
     "AssistantMeta",
     "AssistantVariant",
+    "AugmentationStorage",
     "BeforeLastAssistant",
     "Budget",
     "ChatMessage",
@@ -133,6 +144,7 @@ __all__ = [
     "FailedType",
     "FinishReason",
     "Hook",
+    "InclusionRecord",
     "InsertAtDepth",
     "InsertAtDepthTarget",
     "JsonObject",
@@ -160,6 +172,7 @@ __all__ = [
     "OperationStatus",
     "OutputSpec",
     "OverwriteRetention",
+    "Phase",
     "ProfileIssue",
     "ProfileIssueCode",
     "ProfileOperation",
@@ -168,6 +181,7 @@ __all__ = [
     "PromptEffectTarget",
     "PromptInclusion",
     "PromptMessage",
+    "PromptSnapshot",
     "PromptSource",
     "RelativeToAnchor",
     "RelativeToEnd",
@@ -186,11 +200,13 @@ __all__ = [
     "RunStatus",
     "Samplers",
     "SkippedReason",
+    "SnapshotMessage",
     "SystemUpdate",
     "SystemUpdateTarget",
     "Tag",
     "TemplateParams",
     "Trigger",
+    "TrimmedEntry",
     "TurnEffect",
     "TurnEffectAdapter",
     "UiPresentation",

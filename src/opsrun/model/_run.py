@@ -19,6 +19,7 @@ from ._enums import (
     SkippedReason,
     Trigger,
 )
+from ._prompt import PromptSnapshot
 
 
 class RunRequest(Model):
@@ -53,6 +54,9 @@ class RunRequest(Model):
     """Wall-clock limit for the whole run; exceeding it aborts the run with reason deadline."""
     initiator: str = "user"
     """Who started it (``user`` or ``system``)."""
+    main_llm_params: JsonObject = Field(default_factory=dict)
+    """Generation settings the host chose (provider, model, temperature…): passed to the
+    main LLM as ``MainLlmRequest.params`` and recorded, redacted, in the run."""
 
     @model_validator(mode="after")
     def _turn_inputs(self) -> RunRequest:
@@ -167,6 +171,10 @@ class MainLlmCall(Model):
     """The variant this run created."""
     prompt_hash: str | None = None
     """sha256 of the canonical serialisation of the messages sent."""
+    prompt: PromptSnapshot | None = None
+    """The redacted, bounded snapshot of what was sent, with trimming and inclusions."""
+    params: JsonObject = Field(default_factory=dict)
+    """The generation settings of the request, redacted."""
     started_at: datetime | None = None
     """When it started."""
     finished_at: datetime | None = None
@@ -190,6 +198,19 @@ class AppliedEffect(Model):
     """For persisted artifact writes: the new version."""
     based_on_version: int | None = None
     """For persisted artifact writes: the version it replaced."""
+    summary: str | None = None
+    """A short, redacted account of the change (for artifact writes: a bounded diff)."""
+    pruned_versions: tuple[int, ...] = ()
+    """For persisted artifact writes: history versions the retention policy dropped."""
+
+
+class ArtifactRef(Model):
+    """An artifact version, by reference."""
+
+    tag: str
+    """The artifact."""
+    version: int
+    """Its version."""
 
 
 class Run(Model):
@@ -235,6 +256,8 @@ class Run(Model):
     """The main LLM call."""
     applied_effects: tuple[AppliedEffect, ...] = ()
     """Committed effects in commit order."""
+    artifacts_at_start: tuple[ArtifactRef, ...] = ()
+    """The persisted artifacts of the session when the run started, sorted by tag."""
 
 
 class RunResult(Model):

@@ -30,8 +30,8 @@ from ..model import (
     ChatRole,
     ContentFormat,
     DomainRole,
+    InclusionRecord,
     InsertAtDepth,
-    Model,
     PromptEffect,
     PromptInclusion,
     PromptMessage,
@@ -42,6 +42,7 @@ from ..model import (
     VersionSelector,
 )
 from ..model._base import JsonValue
+from ..model._prompt import Action, Phase
 
 __all__ = [
     "PHASES",
@@ -58,12 +59,10 @@ __all__ = [
     "select_versions",
 ]
 
-Phase: TypeAlias = Literal["system", "early", "near_anchor", "after_last_user", "tail"]
 PHASES: tuple[Phase, ...] = ("system", "early", "near_anchor", "after_last_user", "tail")
 """Phases in prompt order: the first key of the inclusion ordering."""
 _PHASE_RANK = {phase: rank for rank, phase in enumerate(PHASES)}
 
-Action: TypeAlias = Literal["insert", "replace", "wrap", "merge_section"]
 Side: TypeAlias = Literal["before", "after"]
 Target: TypeAlias = Literal["system", "timeline", "message_ref"]
 Location: TypeAlias = Literal["system", "gap", "message", "tail"]
@@ -231,38 +230,6 @@ def _wrap_parts(value: JsonValue, fmt: ContentFormat) -> tuple[str, str] | None:
 
 
 # --- the plan -------------------------------------------------------------------------------
-
-
-class InclusionRecord(Model):
-    """What happened to one artifact, for the debug report."""
-
-    tag: str
-    """The artifact."""
-    profile_index: int
-    """Its position in the profile order (a tie-break key)."""
-    included: bool
-    """True when some part of it is in the prompt."""
-    versions: tuple[int, ...] = ()
-    """The versions included, in prompt order."""
-    phase: Phase | None = None
-    """Its phase, once expanded."""
-    priority: int | None = None
-    """Its priority, once expanded."""
-    action: Action | None = None
-    """What it did."""
-    where: str | None = None
-    """``system:start``, ``system:end``, ``system:replace``, ``system:wrap``,
-    ``system:section:<name>``, ``before:<messageId>``, ``after:<messageId>``,
-    ``replace:<messageId>``, ``wrap:<messageId>``, ``section:<messageId>:<name>``, ``top``
-    (above the history) or ``tail`` (the end of the prompt)."""
-    anchor_message_id: str | None = None
-    """The history message the anchor resolved to, when it exists in the full history."""
-    depth_policy: str | None = None
-    """``clamp_to_oldest_kept`` or ``relocate_to_nearest`` when the policy moved it."""
-    reason: str | None = None
-    """Why it was dropped: ``no_prompt_inclusion``, ``usage_not_in_prompt``, ``mode_none``,
-    ``empty_content``, ``no_anchor``, ``no_history``, ``anchor_not_found``,
-    ``anchor_trimmed``, ``anchor_out_of_range`` or ``wrap_needs_pre_post``."""
 
 
 @dataclass(frozen=True, slots=True)
