@@ -29,6 +29,7 @@ __all__ = [
     "DEFAULT_REDACTOR",
     "MASK",
     "Redactor",
+    "StreamRedactor",
     "redact_text",
     "redact_value",
     "sha256_text",
@@ -348,3 +349,57 @@ def redact_value(value: Any, redactor: Redactor | None = None) -> Any:
 def sha256_text(text: str) -> str:
     """Return the hex SHA-256 of ``text`` encoded as UTF-8 (for prompt hashes)."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+_WORD_START = re.compile(r"(?<=\s)\S")
+
+
+class StreamRedactor:
+    """Masks secrets in text that arrives in pieces (a streamed reply).
+
+    A secret can be split across two deltas, so deltas cannot be redacted one by one.
+    :meth:`feed` holds back the newest ``lookahead`` words and releases the longest
+    word-aligned prefix whose redaction does not depend on the text after it: the
+    redaction of the pending text must equal the redaction of the prefix followed by
+    the redaction of the rest. A key, a ``Bearer`` token or an ``api_key = …``
+    assignment is therefore released only once it is whole, already masked; an
+    unterminated PEM block is held until its END line. :meth:`flush` releases the rest.
+
+    Joined, the released pieces equal ``redactor.redact`` of the whole text whenever
+    no secret spans more than ``lookahead`` words. Text without whitespace is held up
+    to ``max_pending`` characters, then released redacted.
+    """
+
+    def __init__(self, redactor: Redactor, *, lookahead: int = 3, max_pending: int = 8192) -> None:
+        self.redactor = redactor
+        self.lookahead = lookahead
+        self.max_pending = max_pending
+        self._pending = ""
+
+    def feed(self, delta: str) -> str:
+        """Add ``delta``; return the redacted text that is now safe to release (maybe "")."""
+        pending = self._pending + delta
+        starts = [m.start() for m in _WORD_START.finditer(pending)]
+        redacted = self.redactor.redact(pending)
+        limit = len(pending)
+        begin = pending.rfind("-----BEGIN")
+        if begin >= 0 and "-----END" not in pending[begin:]:
+            limit = begin  # a PEM header is five words long: hold the block until it ends
+        # Candidate cuts: word starts that leave ``lookahead`` words pending, newest first.
+        for cut in reversed(starts[: max(0, len(starts) - self.lookahead + 1)]):
+            if cut > limit:
+                continue
+            head = self.redactor.redact(pending[:cut])
+            if redacted == head + self.redactor.redact(pending[cut:]):
+                self._pending = pending[cut:]
+                return head
+        if len(pending) > self.max_pending:
+            self._pending = ""
+            return redacted
+        self._pending = pending
+        return ""
+
+    def flush(self) -> str:
+        """Return the redacted rest of the stream and reset."""
+        pending, self._pending = self._pending, ""
+        return self.redactor.redact(pending) if pending else ""

@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol, TypeAlias
 
 from .model import (
     Artifact,
+    ArtifactVersion,
     ChatMessage,
     OperationProfile,
     OperationProfileSession,
@@ -28,6 +29,7 @@ from .model import (
 
 __all__ = [
     "STRUCTURED_OUTPUT_LEVELS",
+    "ArtifactArchive",
     "ChatStore",
     "Clock",
     "CredentialResolver",
@@ -94,6 +96,31 @@ class SessionStore(Protocol):
 
         Raises:
             ArtifactConflict: when the stored version differs (code ``artifact_conflict``).
+        """
+        ...
+
+
+class ArtifactArchive(Protocol):
+    """Keeps artifact versions that a retention policy prunes from ``history``.
+
+    Seed 004 asks that nothing older than a window disappears without a trace. The
+    runner hands the pruned versions here *before* it stores the write that prunes
+    them, so a failed archive never loses a version.
+    """
+
+    async def archive(
+        self,
+        key: OperationProfileSessionKey,
+        tag: str,
+        versions: Sequence[ArtifactVersion],
+        *,
+        run_id: str,
+    ) -> None:
+        """Keep ``versions`` (newest first) of ``art.<tag>`` in the session ``key``.
+
+        Raises:
+            StoreError: when they could not be kept; the write that pruned them is then
+                not applied and its operation ends ``error`` with this error's code.
         """
         ...
 

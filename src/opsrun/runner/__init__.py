@@ -28,6 +28,10 @@ from ._kind_template import TemplateOperation as TemplateOperation
 from ._kinds import TokenCounter as TokenCounter
 from ._kinds import approximate_tokens as approximate_tokens
 from ._kinds import builtin_kinds as builtin_kinds
+from ._lifecycle import SessionView as SessionView
+from ._lifecycle import artifact_diff as artifact_diff
+from ._lifecycle import session_view as session_view
+from ._lifecycle import ui_projection as ui_projection
 from ._liquid import TemplateCacheInfo as TemplateCacheInfo
 from ._liquid import TemplateEngine as TemplateEngine
 from ._liquid import TemplateLimits as TemplateLimits
@@ -36,12 +40,16 @@ from ._operation import Operation as Operation
 from ._operation import OperationCatalog as OperationCatalog
 from ._operation import OperationFn as OperationFn
 from ._operation import SyncOperation as SyncOperation
+from ._prompt import EffectivePrompt as EffectivePrompt
 from ._prompt import build_prompt as build_prompt
+from ._prompt import effective_prompt as effective_prompt
 from ._prompt import prompt_hash as prompt_hash
 from ._prompt import to_provider_messages as to_provider_messages
 from ._runner import Runner as Runner
 from ._runner import SystemClock as SystemClock
 from ._runner import UuidIds as UuidIds
+from ._snapshot import SnapshotPolicy as SnapshotPolicy
+from ._snapshot import take_snapshot as take_snapshot
 from ._sse import sse_comment as sse_comment
 from ._sse import sse_event as sse_event
 from ._sse import sse_stream as sse_stream
@@ -54,6 +62,7 @@ from ._window import trim_history as trim_history
 __all__ = [
     "DEFAULT_CONCURRENCY",
     "AbortSignal",
+    "EffectivePrompt",
     "EventLog",
     "Executor",
     "FunctionOperation",
@@ -68,6 +77,8 @@ __all__ = [
     "OperationFn",
     "RunMeta",
     "Runner",
+    "SessionView",
+    "SnapshotPolicy",
     "SyncOperation",
     "SystemClock",
     "TemplateCacheInfo",
@@ -82,18 +93,23 @@ __all__ = [
     "UuidIds",
     "apply_retention",
     "approximate_tokens",
+    "artifact_diff",
     "assemble_prompt",
     "build_prompt",
     "builtin_kinds",
     "commit_order",
+    "effective_prompt",
     "expand_inclusion",
     "next_artifact",
     "plan_inclusions",
     "prompt_hash",
     "select_versions",
+    "session_view",
     "sse_comment",
     "sse_event",
     "sse_stream",
+    "take_snapshot",
     "to_provider_messages",
     "trim_history",
+    "ui_projection",
 ]

@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from ..errors import ProviderError, ProviderTimeout, RateLimited
+from .._redact import StreamRedactor
+from ..errors import ProviderError, ProviderTimeout, RateLimited, bound_details
 from ..model import (
     FinishReason,
     MainLlmDelta,
@@ -16,8 +17,9 @@ from ..model import (
     OperationError,
 )
 from ..ports import MainLlmDone, MainLlmRequest
-from ._prompt import build_prompt, prompt_hash, to_provider_messages
+from ._prompt import prompt_hash, to_provider_messages
 from ._scheduler import error_of
+from ._snapshot import take_snapshot
 
 if TYPE_CHECKING:
     from ._runner import _RunState
@@ -28,16 +30,32 @@ __all__: list[str] = []
 async def call_main_llm(state: _RunState) -> bool:
     """Run the main LLM once; return True when it finished ``done``."""
     runner = state.runner
-    messages = build_prompt(state.request.system_prompt, state.history, state.prompt_effects)
+    redactor = runner.redactor
+    prompt = state.effective_prompt()
+    messages = prompt.messages
     provider_messages = to_provider_messages(
         messages, supports_developer=runner.main_llm.supports_developer_role
     )
-    state.prompt_messages = tuple(messages)
+    state.prompt_messages = messages
+    digest = prompt_hash(provider_messages)
+    snapshot = take_snapshot(
+        messages,
+        provider_messages,
+        prompt_hash=digest,
+        policy=runner.snapshot,
+        redactor=redactor,
+        window=runner.window,
+        trimmed=prompt.trimmed,
+        inclusions=prompt.inclusions,
+    )
+    params = state.request.main_llm_params
     state.main_llm = state.main_llm.model_copy(
         update={
             "started": True,
             "started_at": state.clock.now(),
-            "prompt_hash": prompt_hash(provider_messages),
+            "prompt_hash": digest,
+            "prompt": snapshot,
+            "params": redactor.redact_value(bound_details(params)) if params else {},
         }
     )
     state.emitter.emit(MainLlmStarted)
@@ -47,8 +65,10 @@ async def call_main_llm(state: _RunState) -> bool:
         chat_id=state.run.chat_id,
         user_message_id=state.run.user_message_id,
         trigger=state.run.trigger,
+        params=params,
     )
     parts: list[str] = []
+    deltas = StreamRedactor(redactor)  # a key split across deltas is masked whole
     done: MainLlmDone | None = None
     error: OperationError | None = None
     reason = FinishReason.COMPLETED
@@ -65,7 +85,9 @@ async def call_main_llm(state: _RunState) -> bool:
                         done = item
                         break
                     parts.append(item)
-                    state.emitter.emit(MainLlmDelta, text=item)
+                    released = deltas.feed(item)
+                    if released:
+                        state.emitter.emit(MainLlmDelta, text=released)
             finally:
                 aclose = getattr(stream, "aclose", None)
                 if aclose is not None:
@@ -82,6 +104,9 @@ async def call_main_llm(state: _RunState) -> bool:
         reason = FinishReason.PROVIDER_ERROR
     finally:
         state.scopes.discard(scope)
+    rest = deltas.flush()
+    if rest:
+        state.emitter.emit(MainLlmDelta, text=rest)
 
     if state.abort_reason is not None:
         status = MainLlmStatus.ABORTED
@@ -97,6 +122,8 @@ async def call_main_llm(state: _RunState) -> bool:
         status = MainLlmStatus.ERROR if error is not None else MainLlmStatus.DONE
 
     text = done.text if done is not None else "".join(parts)
+    if error is not None:
+        error = state.redact_error(error)
     state.main_llm = state.main_llm.model_copy(
         update={
             "status": status,

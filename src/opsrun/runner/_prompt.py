@@ -19,12 +19,66 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from ..model import ChatMessage, DomainRole, PromptEffect, PromptMessage
+from ..model import Artifact, ChatMessage, DomainRole, InclusionRecord, PromptEffect, PromptMessage
 from ..ports import ProviderMessage
 from ._inclusion import assemble_prompt, plan_inclusions
+from ._window import HistoryWindow, TrimmedMessage, trim_history
 
-__all__ = ["build_prompt", "prompt_hash", "to_provider_messages"]
+__all__ = [
+    "EffectivePrompt",
+    "build_prompt",
+    "effective_prompt",
+    "prompt_hash",
+    "to_provider_messages",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class EffectivePrompt:
+    """The prompt a run sends, with what shaped it."""
+
+    messages: tuple[PromptMessage, ...]
+    """The messages in send order, with domain roles and sources."""
+    trimmed: tuple[TrimmedMessage, ...]
+    """History messages the window left out, oldest first."""
+    inclusions: tuple[InclusionRecord, ...]
+    """One record per artifact considered."""
+
+
+def effective_prompt(
+    system_prompt: str,
+    history: Sequence[ChatMessage],
+    effects: Sequence[tuple[str, PromptEffect]],
+    *,
+    artifacts: Sequence[tuple[int, Artifact]] = (),
+    window: HistoryWindow | None = None,
+) -> EffectivePrompt:
+    """Trim the history, plan the artifact inclusions and assemble the prompt.
+
+    The three steps of docs/prompt.md in one call: :func:`~opsrun.runner.trim_history`
+    (when ``window`` is given), :func:`~opsrun.runner.plan_inclusions` over the full and
+    the kept history, then :func:`~opsrun.runner.assemble_prompt` with ``effects``.
+
+    Args:
+        system_prompt: The base system prompt.
+        history: Messages up to and including the current user message, oldest first.
+        effects: ``(operationId, effect)`` pairs in commit order.
+        artifacts: ``(profile order index, artifact)`` pairs, in any order.
+        window: The history window; None keeps the whole history.
+
+    Raises:
+        TypeError: if an artifact value is not JSON-serialisable.
+    """
+    kept: tuple[ChatMessage, ...] = tuple(history)
+    trimmed: tuple[TrimmedMessage, ...] = ()
+    if window is not None:
+        trim = trim_history(history, window)
+        kept, trimmed = trim.kept, trim.trimmed
+    plan = plan_inclusions(artifacts, history, kept)
+    messages = assemble_prompt(system_prompt, kept, plan, effects)
+    return EffectivePrompt(messages=tuple(messages), trimmed=trimmed, inclusions=plan.records)
 
 
 def build_prompt(

@@ -14,6 +14,7 @@ from ..errors import NotFound, ProfileInvalid, RunError, bound_details
 from ..model import (
     AppliedEffect,
     Artifact,
+    ArtifactRef,
     ChatMessage,
     ChatRole,
     FailedDetails,
@@ -40,6 +41,7 @@ from ..model import (
     Trigger,
 )
 from ..ports import (
+    ArtifactArchive,
     ChatStore,
     Clock,
     EventSink,
@@ -55,9 +57,11 @@ from ._events import EventEmitter
 from ._executor import Executor, InProcessExecutor
 from ._main_llm import call_main_llm
 from ._operation import OperationCatalog
-from ._prompt import build_prompt
+from ._prompt import EffectivePrompt, effective_prompt
 from ._scheduler import OpExec, announce, run_hook
+from ._snapshot import SnapshotPolicy
 from ._turn import commit_hook, store_assistant_reply
+from ._window import HistoryWindow
 
 __all__ = ["Runner", "SystemClock", "UuidIds"]
 
@@ -86,6 +90,22 @@ class Runner:
 
     Everything it uses is injected; nothing is global. ``await runner.run(request)``
     returns when the run is finished and no task it started is still running.
+
+    Args:
+        catalog: Operation definitions and implementations.
+        profiles, sessions, chats, runs: The stores (:mod:`opsrun.ports`).
+        main_llm: The main LLM of the chat.
+        executor: Where operations execute (default: in-process tasks).
+        events: Receives every event live, in ``seq`` order.
+        clock, ids: Time and id sources (injectable for tests).
+        summarize: Bounds and redacts operation summaries (default: bounded, then
+            masked by ``redactor``).
+        redactor: Masks secrets in everything a run records: errors, summaries,
+            generation params, the prompt snapshot, the main LLM text and its stream
+            events.
+        window: The history window of the effective prompt (default: all history).
+        snapshot: Limits and augmentation storage of the recorded prompt.
+        archive: Receives artifact versions that retention prunes.
     """
 
     def __init__(
@@ -103,6 +123,9 @@ class Runner:
         ids: IdFactory | None = None,
         summarize: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         redactor: Redactor | None = None,
+        window: HistoryWindow | None = None,
+        snapshot: SnapshotPolicy | None = None,
+        archive: ArtifactArchive | None = None,
     ) -> None:
         self.catalog = catalog
         self.profiles = profiles
@@ -116,6 +139,9 @@ class Runner:
         self.ids: IdFactory = ids or UuidIds()
         self.redactor: Redactor = redactor or DEFAULT_REDACTOR
         self.summarize = summarize or self._summarize
+        self.window = window
+        self.snapshot = snapshot or SnapshotPolicy()
+        self.archive = archive
         self._active: dict[str, AbortSignal] = {}
         self._finished: dict[str, anyio.Event] = {}
         # Profiles are immutable: validation results are cached per profile object.
@@ -144,6 +170,30 @@ class Runner:
         """
         run, op_runs = await self.runs.get_run(run_id)
         return RunResult(run=run, operation_runs=tuple(op_runs))
+
+    async def explain(self, run_id: str) -> RunReport:
+        """Return the "why this answer" report of a finished (or running) run.
+
+        ``report.to_markdown()`` renders it for people; docs/report.md describes it.
+
+        Raises:
+            NotFound: if the run is unknown (or was pruned).
+        """
+        from ._explain import RunReport, build_report  # noqa: F401  (until the module lands)
+
+        run, op_runs = await self.runs.get_run(run_id)
+        user_message: str | None = None
+        history_size: int | None = None
+        try:
+            message = await self.chats.get_message(run.chat_id, run.user_message_id)
+            user_message = self.redactor.redact(message.prompt_text)
+            history = await self.chats.history(run.chat_id, run.branch_id)
+            ids = [m.message_id for m in history]
+            if run.user_message_id in ids:
+                history_size = ids.index(run.user_message_id) + 1
+        except NotFound:
+            pass
+        return build_report(run, op_runs, user_message=user_message, history_size=history_size)
 
     async def run(self, request: RunRequest, *, abort: AbortSignal | None = None) -> RunResult:
         """Execute one run and return its result.
@@ -298,6 +348,10 @@ class _RunState:
         self.prompt_effects: list[tuple[str, PromptEffect]] = []
         self.applied: list[AppliedEffect] = []
         self.commit_count = 0
+        self.profile_rank: dict[str, int] = {}
+        if profile is not None:
+            ranked = sorted(enumerate(profile.operations), key=lambda p: (p[1].config.order, p[0]))
+            self.profile_rank = {entry.operation_id: rank for rank, (_, entry) in enumerate(ranked)}
         self.draft_prompt: tuple[PromptMessage, ...] = ()
         self.prompt_messages: tuple[PromptMessage, ...] = ()
         self.main_llm = MainLlmCall()
@@ -325,6 +379,24 @@ class _RunState:
 
     def committed_artifacts(self) -> dict[str, Artifact]:
         return overlay(self.persisted, self.run_only)
+
+    def prompt_artifacts(self) -> list[tuple[int, Artifact]]:
+        """Committed artifacts with their profile order index (writers not in it go last)."""
+        last = len(self.profile_rank)
+        return [
+            (self.profile_rank.get(a.written_by or "", last), a)
+            for a in self.committed_artifacts().values()
+        ]
+
+    def effective_prompt(self) -> EffectivePrompt:
+        """The effective prompt from the committed state so far."""
+        return effective_prompt(
+            self.request.system_prompt,
+            self.history,
+            self.prompt_effects,
+            artifacts=self.prompt_artifacts(),
+            window=self.runner.window,
+        )
 
     def context_history(self, hook: Hook) -> tuple[ChatMessage, ...]:
         if hook == Hook.AFTER_MAIN_LLM and self.assistant_message is not None:
@@ -403,9 +475,7 @@ class _RunState:
         """Run one hook; False when the run was aborted (and is now finished)."""
         self.phase(phase)
         if hook == Hook.BEFORE_MAIN_LLM:
-            self.draft_prompt = tuple(
-                build_prompt(self.request.system_prompt, self.history, self.prompt_effects)
-            )
+            self.draft_prompt = self.effective_prompt().messages
         if self.abort_reason is None:
             await run_hook(self, hook)
         if self.abort_reason is not None:
@@ -420,6 +490,14 @@ class _RunState:
         if self.session_key is not None:
             await runner.sessions.get_or_create_session(self.session_key, self.started_at)
             self.persisted = await runner.sessions.get_artifacts(self.session_key)
+            self.run = self.run.model_copy(
+                update={
+                    "artifacts_at_start": tuple(
+                        ArtifactRef(tag=tag, version=self.persisted[tag].version)
+                        for tag in sorted(self.persisted)
+                    )
+                }
+            )
         profile = self.profile
         if profile is not None and profile.enabled:
             for entry in profile.operations:
@@ -516,7 +594,7 @@ class _RunState:
                 "abort_reason": self.abort_reason if status == RunStatus.ABORTED else None,
                 "finished_at": now,
                 "duration_ms": (anyio.current_time() - self.t0) * 1000,
-                "main_llm": self.main_llm,
+                "main_llm": self._recorded_main_llm(),
                 "applied_effects": tuple(self.applied),
             }
         )
@@ -528,6 +606,16 @@ class _RunState:
             RunFinished, status=status, failed_type=failed_type, failed_details=details
         )
         self.result = RunResult(run=self.run, operation_runs=tuple(records))
+
+    def _recorded_main_llm(self) -> MainLlmCall:
+        """The main LLM call as the run records it: its text redacted.
+
+        The chat keeps the reply as generated; the run's own record is a log.
+        """
+        text = self.main_llm.text
+        if not text:
+            return self.main_llm
+        return self.main_llm.model_copy(update={"text": self.runner.redactor.redact(text)})
 
     def _records(self) -> list[Any]:
         return [e.record(self.run.run_id, self.run.trigger) for e in self.execs]

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..errors import ArtifactConflict
+from ..errors import ArtifactConflict, StoreError
 from ..model import (
     AppliedEffect,
+    Artifact,
+    ArtifactVersion,
     AssistantBlocks,
     AssistantMeta,
     AssistantVariant,
@@ -19,7 +21,9 @@ from ..model import (
     TurnEffect,
     UserVariant,
 )
+from ..ports import ArtifactArchive
 from ._commit import commit_order, next_artifact
+from ._lifecycle import artifact_diff
 from ._scheduler import OpExec, error_of
 
 if TYPE_CHECKING:
@@ -87,8 +91,17 @@ async def _commit_artifact(state: _RunState, e: OpExec) -> AppliedEffect | None:
             run_id=state.run.run_id,
             operation_id=e.operation_id,
         )
+        previous = state.run_only.get(write.tag)
         state.run_only[write.tag] = artifact
-        return _applied(state, e, "artifact.write", 0, tag=write.tag, version=artifact.version)
+        return _applied(
+            state,
+            e,
+            "artifact.write",
+            0,
+            tag=write.tag,
+            version=artifact.version,
+            summary=_change(state, previous, artifact),
+        )
     assert state.session_key is not None
     sessions = state.runner.sessions
     current = (await sessions.get_artifacts(state.session_key)).get(write.tag)
@@ -107,15 +120,19 @@ async def _commit_artifact(state: _RunState, e: OpExec) -> AppliedEffect | None:
         artifact, pruned = next_artifact(
             current, write, now=now, run_id=state.run.run_id, operation_id=e.operation_id
         )
+        archive = state.runner.archive
+        if pruned and archive is not None:  # before the write: a failure loses nothing
+            await _archive(archive, state, write.tag, pruned)
         await sessions.put_artifact(state.session_key, artifact, expected_version=based_on)
-    except ArtifactConflict as exc:
+    except StoreError as exc:
         e.end(OperationStatus.ERROR, error=error_of(exc.code, exc.message, exc.details))
         e.result = None
         state.announce_finished(e)
         return None
     state.persisted[write.tag] = artifact
+    pruned_versions = tuple(p.version for p in pruned)
     if pruned:
-        e.outputs_summary = {**e.outputs_summary, "prunedVersions": [p.version for p in pruned]}
+        e.outputs_summary = {**e.outputs_summary, "prunedVersions": list(pruned_versions)}
     return _applied(
         state,
         e,
@@ -124,7 +141,31 @@ async def _commit_artifact(state: _RunState, e: OpExec) -> AppliedEffect | None:
         tag=write.tag,
         version=artifact.version,
         based_on_version=based_on,
+        summary=_change(state, current, artifact),
+        pruned_versions=pruned_versions,
     )
+
+
+async def _archive(
+    archive: ArtifactArchive, state: _RunState, tag: str, pruned: tuple[ArtifactVersion, ...]
+) -> None:
+    assert state.session_key is not None
+    try:
+        await archive.archive(state.session_key, tag, pruned, run_id=state.run.run_id)
+    except StoreError:
+        raise
+    except Exception as exc:  # a broken archive must not crash the run
+        raise StoreError(
+            f"the archive rejected pruned versions of art.{tag}: {type(exc).__name__}: {exc}",
+            code="archive_failed",
+            details={"tag": tag, "versions": [p.version for p in pruned]},
+        ) from exc
+
+
+def _change(state: _RunState, old: Artifact | None, new: Artifact) -> str:
+    """The redacted short diff recorded with an artifact write."""
+    diff = artifact_diff(None if old is None else old.value, new.value)
+    return state.runner.redactor.redact(diff)
 
 
 async def _apply_turn_effect(state: _RunState, e: OpExec, effect: TurnEffect) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .memory import ArchivedVersion as ArchivedVersion
+from .memory import InMemoryArchive as InMemoryArchive
 from .memory import InMemoryChatStore as InMemoryChatStore
 from .memory import InMemoryProfileStore as InMemoryProfileStore
 from .memory import InMemoryRunStore as InMemoryRunStore
@@ -9,6 +11,8 @@ from .memory import InMemorySessionStore as InMemorySessionStore
 from .memory import InMemoryStores as InMemoryStores
 
 __all__ = [
+    "ArchivedVersion",
+    "InMemoryArchive",
     "InMemoryChatStore",
     "InMemoryProfileStore",
     "InMemoryRunStore",

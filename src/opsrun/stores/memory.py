@@ -11,10 +11,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from datetime import datetime
+from typing import NamedTuple
 
 from ..errors import ArtifactConflict, NotFound
 from ..model import (
     Artifact,
+    ArtifactVersion,
     ChatMessage,
     OperationProfile,
     OperationProfileSession,
@@ -25,6 +27,8 @@ from ..model import (
 )
 
 __all__ = [
+    "ArchivedVersion",
+    "InMemoryArchive",
     "InMemoryChatStore",
     "InMemoryProfileStore",
     "InMemoryRunStore",
@@ -207,11 +211,53 @@ class InMemoryRunStore:
             return list(self._runs)
 
 
+class InMemoryArchive:
+    """Pruned artifact versions, kept per session and tag (an ``ArtifactArchive``)."""
+
+    def __init__(self) -> None:
+        self._versions: dict[tuple[_SessionKey, str], list[ArchivedVersion]] = {}
+        self._lock = threading.Lock()
+
+    async def archive(
+        self,
+        key: OperationProfileSessionKey,
+        tag: str,
+        versions: Sequence[ArtifactVersion],
+        *,
+        run_id: str,
+    ) -> None:
+        """Keep ``versions``; archiving a version twice keeps it once."""
+        with self._lock:
+            kept = self._versions.setdefault((key.as_tuple(), tag), [])
+            known = {item.version.version for item in kept}
+            kept.extend(ArchivedVersion(v, run_id) for v in versions if v.version not in known)
+
+    def versions(self, key: OperationProfileSessionKey, tag: str) -> list[ArchivedVersion]:
+        """The archived versions of ``art.<tag>``, newest first."""
+        with self._lock:
+            kept = self._versions.get((key.as_tuple(), tag), [])
+            return sorted(kept, key=lambda item: item.version.version, reverse=True)
+
+
+class ArchivedVersion(NamedTuple):
+    """One archived artifact version and the run whose write pruned it."""
+
+    version: ArtifactVersion
+    """The pruned version."""
+    run_id: str
+    """The run that pruned it."""
+
+
 class InMemoryStores:
-    """All four in-memory stores together, ready to hand to a ``Runner``."""
+    """All in-memory stores together, ready to hand to a ``Runner``.
+
+    ``archive`` is an :class:`InMemoryArchive`; pass it as ``Runner(archive=...)`` to
+    keep pruned artifact versions.
+    """
 
     def __init__(self, profiles: Sequence[OperationProfile] = ()) -> None:
         self.profiles = InMemoryProfileStore(profiles)
         self.sessions = InMemorySessionStore()
         self.chats = InMemoryChatStore()
         self.runs = InMemoryRunStore()
+        self.archive = InMemoryArchive()

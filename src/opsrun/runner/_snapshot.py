@@ -1,0 +1,151 @@
+"""The redacted, size-bounded record of what a main LLM call was sent."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .._redact import Redactor, sha256_text
+from ..model import (
+    AugmentationStorage,
+    DomainRole,
+    InclusionRecord,
+    PromptMessage,
+    PromptSnapshot,
+    SnapshotMessage,
+    TrimmedEntry,
+)
+from ..ports import ProviderMessage
+from ._window import HistoryWindow, TrimmedMessage
+
+__all__ = ["SnapshotPolicy", "take_snapshot"]
+
+_AUGMENTATION_SOURCES = frozenset({"effect", "artifact"})
+_CUT = "…"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SnapshotPolicy:
+    """How much of the sent prompt a run keeps, and in what form.
+
+    Every message keeps its role, length and sha256 whatever the policy; ``content``
+    is redacted first, then cut. Prompt-only augmentation (messages made by prompt-time
+    effects or artifact inclusions: working notes, retrieved context) follows
+    ``augmentation``; history and system messages are always kept ``redacted``.
+
+    Raises:
+        ValueError: if a limit is negative.
+    """
+
+    max_message_chars: int = 2000
+    """Characters of one message's text kept at most."""
+    max_total_chars: int = 32_000
+    """Characters of text kept over the whole snapshot; once it is spent, the remaining
+    messages are left out and counted in ``omitted_messages``."""
+    summary_chars: int = 160
+    """Characters kept of an augmentation message stored as ``summary``."""
+    augmentation: AugmentationStorage = AugmentationStorage.REDACTED
+    """How prompt-only augmentation is stored: redacted, summary or hash_only."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_message_chars", "max_total_chars", "summary_chars"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"SnapshotPolicy.{name} must be >= 0")
+
+
+def take_snapshot(
+    messages: Sequence[PromptMessage],
+    sent: Sequence[ProviderMessage],
+    *,
+    prompt_hash: str,
+    policy: SnapshotPolicy,
+    redactor: Redactor,
+    window: HistoryWindow | None = None,
+    trimmed: Sequence[TrimmedMessage] = (),
+    inclusions: Sequence[InclusionRecord] = (),
+) -> PromptSnapshot:
+    """Record ``sent`` (the provider messages, in order) with the provenance of ``messages``.
+
+    Args:
+        messages: The effective prompt with domain roles and sources.
+        sent: The same messages as sent to the provider (roles mapped).
+        prompt_hash: The hash of ``sent``.
+        policy: Size limits and the augmentation storage mode.
+        redactor: Masks secrets in every kept text.
+        window: The history window in force, if any.
+        trimmed: The history messages the window left out.
+        inclusions: The inclusion records of the prompt's artifacts.
+
+    Raises:
+        ValueError: if ``messages`` and ``sent`` differ in length.
+    """
+    if len(messages) != len(sent):
+        raise ValueError("messages and sent must have the same length")
+    kept: list[SnapshotMessage] = []
+    budget = policy.max_total_chars
+    omitted = 0
+    for message, provider in zip(messages, sent, strict=True):
+        if budget <= 0:
+            omitted += 1
+            continue
+        source = message.source
+        storage = AugmentationStorage.REDACTED
+        if source is not None and source.kind in _AUGMENTATION_SOURCES:
+            storage = policy.augmentation
+        text = provider.content
+        content: str | None
+        if storage == AugmentationStorage.HASH_ONLY:
+            content, truncated = None, bool(text)
+        else:
+            limit = policy.max_message_chars
+            if storage == AugmentationStorage.SUMMARY:
+                limit = min(limit, policy.summary_chars)
+            content, truncated = _bounded(redactor.redact(text), limit)
+        if content is not None:
+            if len(content) > budget:
+                content, _ = _bounded(content, budget)
+                truncated = True
+            budget -= len(content)
+        kept.append(
+            SnapshotMessage(
+                role=provider.role,
+                domain_role=message.role,
+                content=content,
+                chars=len(text),
+                sha256=sha256_text(text),
+                truncated=truncated,
+                storage=storage,
+                source=source,
+            )
+        )
+    return PromptSnapshot(
+        prompt_hash=prompt_hash,
+        messages=tuple(kept),
+        omitted_messages=omitted,
+        roles_mapped=any(
+            m.role == DomainRole.DEVELOPER and p.role != m.role.value
+            for m, p in zip(messages, sent, strict=True)
+        ),
+        history_window=_window_limits(window),
+        trimmed=tuple(TrimmedEntry(message_id=t.message_id, reason=t.reason) for t in trimmed),
+        inclusions=tuple(inclusions),
+    )
+
+
+def _bounded(text: str, limit: int) -> tuple[str, bool]:
+    if len(text) <= limit:
+        return text, False
+    if limit <= len(_CUT):
+        return text[:limit], True
+    return text[: limit - len(_CUT)] + _CUT, True
+
+
+def _window_limits(window: HistoryWindow | None) -> dict[str, int]:
+    if window is None:
+        return {}
+    limits = {
+        "maxMessages": window.max_messages,
+        "maxChars": window.max_chars,
+        "maxTokens": window.max_tokens,
+    }
+    return {name: value for name, value in limits.items() if value is not None}

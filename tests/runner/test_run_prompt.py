@@ -1,0 +1,339 @@
+"""The runner's effective prompt: history window, artifact inclusions and the recorded snapshot."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from _support import A, B, generate, op, use_profile
+
+from opsrun.model import (
+    AppendAfterLastUser,
+    ArtifactRef,
+    ArtifactUsage,
+    AugmentationStorage,
+    DomainRole,
+    OperationProfileSessionKey,
+    OperationResult,
+    OperationStatus,
+    PromptInclusion,
+    RelativeToEnd,
+    RunStatus,
+    WindowRetention,
+)
+from opsrun.ports import MainLlmRequest
+from opsrun.runner import (
+    HistoryWindow,
+    OperationCatalog,
+    OperationContext,
+    Runner,
+    SnapshotPolicy,
+    prompt_hash,
+)
+from opsrun.stores import InMemoryStores
+from opsrun.testing import FakeClock, ScriptedMainLlm, SequentialIds
+
+pytestmark = pytest.mark.anyio
+
+KEY = OperationProfileSessionKey(
+    chat_id="c", branch_id="main", profile_ref="p", operation_profile_session_id="s1"
+)
+
+
+def make_runner(
+    stores: InMemoryStores, catalog: OperationCatalog, main_llm: ScriptedMainLlm, **kw: Any
+) -> Runner:
+    return Runner(
+        catalog=catalog,
+        profiles=stores.profiles,
+        sessions=stores.sessions,
+        chats=stores.chats,
+        runs=stores.runs,
+        main_llm=main_llm,
+        clock=FakeClock(),
+        ids=SequentialIds(),
+        **kw,
+    )
+
+
+def world_writer(catalog: OperationCatalog, inclusion: PromptInclusion | None = None) -> None:
+    """``world`` writes art.world = {"turn": n} after the main LLM, included in the system."""
+    include = inclusion or PromptInclusion(mode="prepend_system")
+
+    @catalog.function("world", name="World", write_tag="world")
+    async def _world(ctx: OperationContext) -> OperationResult:
+        current = ctx.art_value("world", {"turn": 0})
+        assert isinstance(current, dict)
+        value = {"turn": current["turn"] + 1}
+        return OperationResult.done(
+            artifact=ctx.write(
+                value,
+                usage=ArtifactUsage.PROMPT_AND_UI,
+                prompt_inclusion=include,
+                retention=WindowRetention(max_versions=1),
+            )
+        )
+
+
+def sent(request: MainLlmRequest | None) -> list[tuple[str, str]]:
+    assert request is not None
+    return [(m.role, m.content) for m in request.messages]
+
+
+async def test_history_window_trims_and_records_why() -> None:
+    stores, catalog, llm = InMemoryStores(), OperationCatalog(), ScriptedMainLlm()
+    runner = make_runner(stores, catalog, llm, window=HistoryWindow(max_messages=3))
+    await use_profile(stores)
+    results = [await runner.run(generate(f"turn {i}", system_prompt="S")) for i in range(3)]
+    # Turn 3 sees u0 a0 u1 a1 u2; the window keeps the newest three.
+    assert sent(llm.last_request) == [
+        ("system", "S"),
+        ("user", "turn 1"),
+        ("assistant", "OK"),
+        ("user", "turn 2"),
+    ]
+    snapshot = results[-1].run.main_llm.prompt
+    assert snapshot is not None
+    history = await stores.chats.history("c", "main")
+    assert [(t.message_id, t.reason) for t in snapshot.trimmed] == [
+        (history[0].message_id, "max_messages"),
+        (history[1].message_id, "max_messages"),
+    ]
+    assert snapshot.history_window == {"maxMessages": 3}
+    first = results[0].run.main_llm.prompt
+    assert first is not None
+    assert first.trimmed == ()
+
+
+async def test_snapshot_matches_what_was_sent() -> None:
+    stores, catalog, llm = InMemoryStores(), OperationCatalog(), ScriptedMainLlm()
+    runner = make_runner(stores, catalog, llm)
+
+    @catalog.function("note", name="Note")
+    async def _note(ctx: OperationContext) -> OperationResult:
+        return OperationResult.done(
+            prompt=[AppendAfterLastUser(content="be brief", role=DomainRole.DEVELOPER)]
+        )
+
+    await use_profile(stores, op("note"))
+    result = await runner.run(generate("hello", system_prompt="S"))
+    snapshot = result.run.main_llm.prompt
+    request = llm.last_request
+    assert snapshot is not None
+    assert request is not None
+    assert snapshot.prompt_hash == prompt_hash(request.messages) == result.run.main_llm.prompt_hash
+    assert [(m.role, m.content) for m in snapshot.messages] == sent(request)
+    assert [m.domain_role for m in snapshot.messages] == [
+        DomainRole.SYSTEM,
+        DomainRole.USER,
+        DomainRole.DEVELOPER,
+    ]
+    assert snapshot.roles_mapped  # the scripted main LLM has no developer role
+    kinds = [m.source.kind if m.source else None for m in snapshot.messages]
+    assert kinds == ["system", "history", "effect"]
+    assert snapshot.messages[2].source is not None
+    assert snapshot.messages[2].source.operation_id == "note"
+
+
+async def test_persisted_artifact_enters_later_prompts_and_draft() -> None:
+    stores, catalog, llm = InMemoryStores(), OperationCatalog(), ScriptedMainLlm()
+    runner = make_runner(stores, catalog, llm)
+    world_writer(catalog)
+    drafts: list[str] = []
+
+    @catalog.function("peek", name="Peek")
+    async def _peek(ctx: OperationContext) -> OperationResult:
+        drafts.append(ctx.prompt[0].content if ctx.prompt else "")
+        return OperationResult.done()
+
+    await use_profile(stores, op("peek", B), op("world", A, order=2))
+    first = await runner.run(generate("one", system_prompt="S"))
+    second = await runner.run(generate("two", system_prompt="S"))
+    # Turn 1 had no artifact yet; turn 2 sees version 1, as the draft did.
+    assert sent(llm.requests[0])[0] == ("system", "S")
+    assert sent(llm.requests[1])[0] == ("system", '{"turn":1}\n\nS')
+    assert drafts == ["S", '{"turn":1}\n\nS']
+    assert first.run.artifacts_at_start == ()
+    assert second.run.artifacts_at_start == (ArtifactRef(tag="world", version=1),)
+    snapshot = second.run.main_llm.prompt
+    assert snapshot is not None
+    (record,) = snapshot.inclusions
+    assert (record.tag, record.included, record.versions, record.where) == (
+        "world",
+        True,
+        (1,),
+        "system:start",
+    )
+    assert snapshot.messages[0].source is not None
+    assert snapshot.messages[0].source.kind == "artifact"
+
+
+async def test_inclusion_anchor_lost_to_the_window_is_recorded() -> None:
+    stores, catalog, llm = InMemoryStores(), OperationCatalog(), ScriptedMainLlm()
+    runner = make_runner(stores, catalog, llm, window=HistoryWindow(max_messages=1))
+    world_writer(
+        catalog,
+        PromptInclusion(
+            mode="as_message",
+            target="timeline",
+            anchor=RelativeToEnd(offset=-3, role_filter="any"),
+            place="before",
+        ),
+    )
+    await use_profile(stores, op("world", A))
+    await runner.run(generate("one"))
+    await runner.run(generate("two"))
+    result = await runner.run(generate("three"))
+    snapshot = result.run.main_llm.prompt
+    assert snapshot is not None
+    (record,) = snapshot.inclusions
+    assert (record.included, record.reason) == (False, "anchor_trimmed")
+    assert sent(llm.last_request) == [("user", "three")]
+
+
+async def test_snapshot_is_bounded_and_augmentation_follows_the_policy() -> None:
+    stores, catalog, llm = InMemoryStores(), OperationCatalog(), ScriptedMainLlm()
+    policy = SnapshotPolicy(
+        max_message_chars=10, max_total_chars=25, augmentation=AugmentationStorage.HASH_ONLY
+    )
+    runner = make_runner(stores, catalog, llm, snapshot=policy)
+
+    @catalog.function("notes", name="Notes")
+    async def _notes(ctx: OperationContext) -> OperationResult:
+        return OperationResult.done(prompt=[AppendAfterLastUser(content="private working notes")])
+
+    await use_profile(stores, op("notes"))
+    result = await runner.run(generate("u" * 40, system_prompt="system prompt"))
+    snapshot = result.run.main_llm.prompt
+    assert snapshot is not None
+    system, user, notes = snapshot.messages
+    assert (system.content, system.truncated, system.chars) == ("system pr…", True, 13)
+    assert (user.content, user.truncated, user.chars) == ("u" * 9 + "…", True, 40)
+    assert notes.content is None
+    assert notes.storage == AugmentationStorage.HASH_ONLY
+    assert notes.chars == len("private working notes")
+    # A total budget smaller than the messages omits the rest.
+    tight_stores = InMemoryStores()
+    tight = make_runner(
+        tight_stores,
+        OperationCatalog(),
+        ScriptedMainLlm(),
+        snapshot=SnapshotPolicy(max_total_chars=4),
+    )
+    await use_profile(tight_stores)
+    tight_result = await tight.run(generate("hello", system_prompt="system"))
+    tight_snapshot = tight_result.run.main_llm.prompt
+    assert tight_snapshot is not None
+    assert [m.content for m in tight_snapshot.messages] == ["sys…"]
+    assert tight_snapshot.omitted_messages == 1
+
+
+async def test_summary_storage_keeps_a_short_opening() -> None:
+    stores, catalog, llm = InMemoryStores(), OperationCatalog(), ScriptedMainLlm()
+    policy = SnapshotPolicy(summary_chars=8, augmentation=AugmentationStorage.SUMMARY)
+    runner = make_runner(stores, catalog, llm, snapshot=policy)
+
+    @catalog.function("notes", name="Notes")
+    async def _notes(ctx: OperationContext) -> OperationResult:
+        return OperationResult.done(prompt=[AppendAfterLastUser(content="abcdefghijkl")])
+
+    await use_profile(stores, op("notes"))
+    result = await runner.run(generate("question"))
+    snapshot = result.run.main_llm.prompt
+    assert snapshot is not None
+    user, notes = snapshot.messages
+    assert (user.content, user.storage) == ("question", AugmentationStorage.REDACTED)
+    assert (notes.content, notes.storage, notes.truncated) == (
+        "abcdefg…",
+        AugmentationStorage.SUMMARY,
+        True,
+    )
+
+
+async def test_generation_params_reach_the_main_llm_and_are_recorded_redacted() -> None:
+    stores, catalog, llm = InMemoryStores(), OperationCatalog(), ScriptedMainLlm()
+    runner = make_runner(stores, catalog, llm)
+    await use_profile(stores)
+    key = "sk-proj-" + "Ab3" * 16
+    params = {"model": "local-7b", "temperature": 0.2, "apiKey": key}
+    result = await runner.run(generate("hi", main_llm_params=params))
+    request = llm.last_request
+    assert request is not None
+    assert dict(request.params) == params
+    recorded = result.run.main_llm.params
+    assert (recorded["model"], recorded["temperature"]) == ("local-7b", 0.2)
+    assert key not in str(recorded)
+
+
+async def test_artifact_writes_record_a_short_diff_and_pruned_versions() -> None:
+    stores, catalog, llm = InMemoryStores(), OperationCatalog(), ScriptedMainLlm()
+    runner = make_runner(stores, catalog, llm, archive=stores.archive)
+    world_writer(catalog)
+    await use_profile(stores, op("world", A))
+    results = [await runner.run(generate(f"t{i}")) for i in range(3)]
+    writes = [r.run.applied_effects[0] for r in results]
+    assert [w.summary for w in writes] == [
+        'created: {"turn":1}',
+        "turn: 1 → 2",
+        "turn: 2 → 3",
+    ]
+    # maxVersions=1 keeps one history item: the third write prunes version 1.
+    assert [w.pruned_versions for w in writes] == [(), (), (1,)]
+    archived = stores.archive.versions(KEY, "world")
+    assert [(a.version.version, a.version.value, a.run_id) for a in archived] == [
+        (1, {"turn": 1}, results[2].run.run_id)
+    ]
+    current = (await stores.sessions.get_artifacts(KEY))["world"]
+    assert (current.version, [h.version for h in current.history]) == (3, [2])
+
+
+class BrokenArchive:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def archive(self, *args: Any, **kwargs: Any) -> None:
+        self.calls += 1
+        raise OSError("disk full")
+
+
+async def test_a_failing_archive_keeps_the_previous_state() -> None:
+    stores, catalog, llm = InMemoryStores(), OperationCatalog(), ScriptedMainLlm()
+    archive = BrokenArchive()
+    runner = make_runner(stores, catalog, llm, archive=archive)
+    world_writer(catalog)
+    await use_profile(stores, op("world", A))
+    for i in range(2):
+        assert (await runner.run(generate(f"t{i}"))).status == RunStatus.DONE
+    result = await runner.run(generate("t2"))
+    assert archive.calls == 1
+    world = result.operation("world")
+    assert world.status == OperationStatus.ERROR
+    assert world.error is not None
+    assert world.error.code == "archive_failed"
+    assert "disk full" in world.error.message
+    current = (await stores.sessions.get_artifacts(KEY))["world"]
+    assert (current.version, current.value, [h.version for h in current.history]) == (
+        2,
+        {"turn": 2},
+        [1],
+    )
+
+
+async def test_a_new_session_id_starts_fresh_and_keeps_the_old_session() -> None:
+    stores, catalog, llm = InMemoryStores(), OperationCatalog(), ScriptedMainLlm()
+    runner = make_runner(stores, catalog, llm)
+    world_writer(catalog)
+    await use_profile(stores, op("world", A))
+    await runner.run(generate("one"))
+    await runner.run(generate("two"))
+    profile = await stores.profiles.get_profile("p")
+    await stores.profiles.save_profile(
+        profile.model_copy(update={"operation_profile_session_id": "s2"})
+    )
+    result = await runner.run(generate("three"))
+    assert result.run.operation_profile_session_id == "s2"
+    assert result.run.artifacts_at_start == ()
+    new_key = KEY.model_copy(update={"operation_profile_session_id": "s2"})
+    assert (await stores.sessions.get_artifacts(new_key))["world"].value == {"turn": 1}
+    assert (await stores.sessions.get_artifacts(KEY))["world"].value == {"turn": 2}
+    assert len(stores.sessions.sessions()) == 2
