@@ -1,0 +1,78 @@
+"""Streamed text: a secret split across deltas is masked as if the text came whole."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from opsrun._redact import DEFAULT_REDACTOR, MASK, Redactor, StreamRedactor
+from test_redact import AWS_ID, BEARER, GH_PAT, JWT, OPENAI_PROJ, OPENAI_SVC, TOKEN_CASES
+
+PEM = "-----BEGIN RSA PRIVATE KEY-----\nMIIBOgIBAAJBAKj34GkxFhD90vcNLYLInFEX6Ppy1tPf9Cnzj4p4WGeKLs1Pt8Qu\nKUpRKfFLfRYC9AIKjbJTWit+CqvjWYzvQwECAwEAAQ==\n-----END RSA PRIVATE KEY-----"
+
+PARTS = [
+    "Sure, here it is:",
+    OPENAI_PROJ,
+    f"Authorization: Bearer {BEARER}",
+    "password = hunter2hunter2",
+    f"api_key={OPENAI_SVC}",
+    PEM,
+    AWS_ID,
+    JWT,
+    GH_PAT,
+    "and nothing else.",
+    "plain words only",
+]
+
+
+def stream(redactor: Redactor, pieces: list[str]) -> list[str]:
+    s = StreamRedactor(redactor)
+    out = [s.feed(p) for p in pieces]
+    out.append(s.flush())
+    return out
+
+
+def split(text: str, cuts: list[int]) -> list[str]:
+    points = sorted({c % (len(text) + 1) for c in cuts})
+    bounds = [0, *points, len(text)]
+    return [text[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+
+
+@given(
+    st.lists(st.sampled_from(PARTS), min_size=1, max_size=8),
+    st.lists(st.integers(min_value=0), max_size=40),
+)
+def test_joined_release_equals_whole_text_redaction(parts: list[str], cuts: list[int]) -> None:
+    text = " ".join(parts) + " "
+    released = stream(DEFAULT_REDACTOR, split(text, cuts))
+    assert "".join(released) == DEFAULT_REDACTOR.redact(text)
+
+
+def test_every_key_family_split_at_every_point_is_masked() -> None:
+    for secret, _prefix in TOKEN_CASES:
+        text = f"the key {secret} is yours"
+        for cut in range(1, len(text)):
+            joined = "".join(stream(DEFAULT_REDACTOR, [text[:cut], text[cut:]]))
+            assert secret not in joined
+            assert MASK in joined
+
+
+def test_host_literal_secret_split_across_deltas() -> None:
+    redactor = Redactor(secrets=("correct-horse-battery",))
+    pieces = ["my secret is corr", "ect-hor", "se-battery, ok then"]
+    assert "".join(stream(redactor, pieces)) == f"my secret is {MASK}, ok then"
+
+
+def test_text_is_released_while_streaming_not_only_at_the_end() -> None:
+    s = StreamRedactor(DEFAULT_REDACTOR)
+    released = [s.feed(word + " ") for word in ["one", "two", "three", "four", "five", "six"]]
+    assert released[:3] == ["", "", ""]
+    assert "".join(released) == "one two three "
+    assert s.flush() == "four five six "
+
+
+def test_a_long_run_without_whitespace_is_released_redacted() -> None:
+    s = StreamRedactor(DEFAULT_REDACTOR, max_pending=100)
+    assert s.feed("x" * 60) == ""
+    assert s.feed("y" * 60) == "x" * 60 + "y" * 60
+    assert s.flush() == ""
