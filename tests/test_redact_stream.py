@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given
 from hypothesis import strategies as st
 
 from opsrun._redact import DEFAULT_REDACTOR, MASK, Redactor, StreamRedactor
 from test_redact import AWS_ID, BEARER, GH_PAT, JWT, OPENAI_PROJ, OPENAI_SVC, TOKEN_CASES
 
-PEM = "-----BEGIN RSA PRIVATE KEY-----\nMIIBOgIBAAJBAKj34GkxFhD90vcNLYLInFEX6Ppy1tPf9Cnzj4p4WGeKLs1Pt8Qu\nKUpRKfFLfRYC9AIKjbJTWit+CqvjWYzvQwECAwEAAQ==\n-----END RSA PRIVATE KEY-----"
+PEM = (
+    "-----BEGIN RSA PRIVATE KEY-----\n"
+    "MIIBOgIBAAJBAKj34GkxFhD90vcNLYLInFEX6Ppy1tPf9Cnzj4p4WGeKLs1Pt8Qu\n"
+    "KUpRKfFLfRYC9AIKjbJTWit+CqvjWYzvQwECAwEAAQ==\n"
+    "-----END RSA PRIVATE KEY-----"
+)
 
 PARTS = [
     "Sure, here it is:",
@@ -35,7 +42,7 @@ def stream(redactor: Redactor, pieces: list[str]) -> list[str]:
 def split(text: str, cuts: list[int]) -> list[str]:
     points = sorted({c % (len(text) + 1) for c in cuts})
     bounds = [0, *points, len(text)]
-    return [text[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    return [text[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 @given(
