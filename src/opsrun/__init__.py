@@ -11,6 +11,7 @@ from ._profiles import ensure_valid_profile as ensure_valid_profile
 from ._profiles import validate_profile as validate_profile
 from ._redact import DEFAULT_REDACTOR as DEFAULT_REDACTOR
 from ._redact import Redactor as Redactor
+from ._redact import StreamRedactor as StreamRedactor
 from ._redact import redact_text as redact_text
 from ._redact import redact_value as redact_value
 from ._redact import sha256_text as sha256_text
@@ -66,6 +67,7 @@ __all__ = [
     "RunRequest",
     "RunResult",
     "StoreError",
+    "StreamRedactor",
     "TemplateError",
     "ensure_valid_profile",
     "redact_text",
