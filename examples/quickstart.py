@@ -34,7 +34,7 @@ from opsrun.model import (
     RunRequest,
     RunResult,
 )
-from opsrun.runner import Runner
+from opsrun.runner import HistoryWindow, Runner
 from opsrun.stores import InMemoryStores
 from opsrun.testing import OfflineMainLlm
 
@@ -184,6 +184,8 @@ async def play(profile: OperationProfile, catalog_defs: Catalog) -> None:
         runs=stores.runs,
         main_llm=main_llm,
         events=PrintEvents(),
+        window=HistoryWindow(max_messages=4),  # the prompt keeps the newest four messages
+        archive=stores.archive,  # versions pruned from history are kept here
     )
     system = "You are the narrator of a short fantasy role-play."
 
@@ -205,7 +207,7 @@ async def play(profile: OperationProfile, catalog_defs: Catalog) -> None:
     await turn("turn 1: a quiet scene", generate("We walk into the tavern and sit down."))
     await turn("turn 2: combat", generate("I draw my sword and attack the bandit!"))
     third = await turn("turn 3", generate("We rest by the fire."))
-    await turn(
+    regenerated = await turn(
         "turn 3 again: regenerate",
         RunRequest(
             trigger="regenerate",
@@ -221,6 +223,9 @@ async def play(profile: OperationProfile, catalog_defs: Catalog) -> None:
         f"  the main LLM was called {len(main_llm.requests)} times in 5 runs; "
         f"turn 4 stopped at the barrier: {failed.run.failed_details}\n"
     )
+
+    print("== why this answer? (the debug report of turn 3, regenerated)")
+    print((await runner.explain(regenerated.run.run_id)).to_markdown())
 
     key = OperationProfileSessionKey(
         chat_id="demo",

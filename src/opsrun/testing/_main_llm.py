@@ -113,9 +113,9 @@ def _offline_reply(request: MainLlmRequest) -> str:
     user = next((m.content for m in reversed(request.messages) if m.role == "user"), "")
     notes = [m.content for m in request.messages if m.role == "system"]
     extra = f" I kept {len(notes)} instruction block(s) in mind." if notes else ""
-    turn = sum(1 for m in request.messages if m.role == "user")
+    seen = len(request.messages)
     again = ", told again" if request.trigger.value == "regenerate" else ""
-    return f"(turn {turn}{again}) You said: {user.strip()!r}.{extra}"
+    return f"({seen} messages in view{again}) You said: {user.strip()!r}.{extra}"
 
 
 class OfflineMainLlm(FunctionMainLlm):
