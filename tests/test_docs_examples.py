@@ -42,6 +42,13 @@ def test_example_runs(script: str) -> None:
     assert "combat_rag=skipped(condition_false)" in out
     assert "art.world_state v4" in out
     assert "[2 variants]" in out
+    # The debug report of the regenerated turn: the window trimmed the oldest message,
+    # the world state entered the system prompt, and the update is shown as a diff.
+    report = out[out.index("== why this answer?") :]
+    assert "Trimmed: `msg_" in report
+    assert "(max_messages)" in report
+    assert "| `world_state` | yes | v3 |" in report
+    assert "v3 → v4" in report
 
 
 def test_plan_apply_example_runs() -> None:
