@@ -12,7 +12,10 @@ from opsrun.model import (
     RunRequest,
     Trigger,
 )
+from opsrun.ports import MainLlm
+from opsrun.runner import OperationCatalog, Runner
 from opsrun.stores import InMemoryStores
+from opsrun.testing import FakeClock, SequentialIds
 
 B, A = Hook.BEFORE_MAIN_LLM, Hook.AFTER_MAIN_LLM
 
@@ -37,4 +40,21 @@ def generate(text: str = "hi", **kw: Any) -> RunRequest:
     """A generate request for chat ``c`` with profile ``p``."""
     return RunRequest(
         trigger=Trigger.GENERATE, chat_id="c", profile_id="p", user_message=text, **kw
+    )
+
+
+def make_runner(
+    stores: InMemoryStores, catalog: OperationCatalog, main_llm: MainLlm, **kw: Any
+) -> Runner:
+    """A Runner over ``stores`` with a fake clock and sequential ids; ``kw`` go to Runner."""
+    kw.setdefault("clock", FakeClock())
+    kw.setdefault("ids", SequentialIds())
+    return Runner(
+        catalog=catalog,
+        profiles=stores.profiles,
+        sessions=stores.sessions,
+        chats=stores.chats,
+        runs=stores.runs,
+        main_llm=main_llm,
+        **kw,
     )

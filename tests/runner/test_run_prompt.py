@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from _support import A, B, generate, op, use_profile
+from _support import A, B, generate, make_runner, op, use_profile
 
 from opsrun.model import (
     AppendAfterLastUser,
@@ -26,34 +26,17 @@ from opsrun.runner import (
     HistoryWindow,
     OperationCatalog,
     OperationContext,
-    Runner,
     SnapshotPolicy,
     prompt_hash,
 )
 from opsrun.stores import InMemoryStores
-from opsrun.testing import FakeClock, ScriptedMainLlm, SequentialIds
+from opsrun.testing import ScriptedMainLlm
 
 pytestmark = pytest.mark.anyio
 
 KEY = OperationProfileSessionKey(
     chat_id="c", branch_id="main", profile_ref="p", operation_profile_session_id="s1"
 )
-
-
-def make_runner(
-    stores: InMemoryStores, catalog: OperationCatalog, main_llm: ScriptedMainLlm, **kw: Any
-) -> Runner:
-    return Runner(
-        catalog=catalog,
-        profiles=stores.profiles,
-        sessions=stores.sessions,
-        chats=stores.chats,
-        runs=stores.runs,
-        main_llm=main_llm,
-        clock=FakeClock(),
-        ids=SequentialIds(),
-        **kw,
-    )
 
 
 def world_writer(catalog: OperationCatalog, inclusion: PromptInclusion | None = None) -> None:
