@@ -27,14 +27,9 @@ from opsrun.model import (
     TrimmedEntry,
     Usage,
 )
-from opsrun.runner._explain import (
-    PREVIEW_CHARS,
-    REASONING_NOTE,
-    TEXT_LIMIT,
-    RunReport,
-    build_report,
-    render_markdown,
-)
+from opsrun.runner import RunReport, build_report, render_markdown
+from opsrun.runner._explain import REASONING_NOTE, TEXT_LIMIT
+from opsrun.runner._report_md import PREVIEW_CHARS
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 SECTIONS = [

@@ -17,6 +17,18 @@ from ._executor import DEFAULT_CONCURRENCY as DEFAULT_CONCURRENCY
 from ._executor import Executor as Executor
 from ._executor import InProcessExecutor as InProcessExecutor
 from ._executor import ThreadExecutor as ThreadExecutor
+from ._explain import ReportArtifacts as ReportArtifacts
+from ._explain import ReportExcerpt as ReportExcerpt
+from ._explain import ReportGeneration as ReportGeneration
+from ._explain import ReportInput as ReportInput
+from ._explain import ReportMessage as ReportMessage
+from ._explain import ReportOperation as ReportOperation
+from ._explain import ReportOutcome as ReportOutcome
+from ._explain import ReportPrivacy as ReportPrivacy
+from ._explain import ReportPrompt as ReportPrompt
+from ._explain import ReportStart as ReportStart
+from ._explain import RunReport as RunReport
+from ._explain import build_report as build_report
 from ._inclusion import InclusionPlan as InclusionPlan
 from ._inclusion import InclusionRecord as InclusionRecord
 from ._inclusion import assemble_prompt as assemble_prompt
@@ -45,6 +57,7 @@ from ._prompt import build_prompt as build_prompt
 from ._prompt import effective_prompt as effective_prompt
 from ._prompt import prompt_hash as prompt_hash
 from ._prompt import to_provider_messages as to_provider_messages
+from ._report_md import render_markdown as render_markdown
 from ._runner import Runner as Runner
 from ._runner import SystemClock as SystemClock
 from ._runner import UuidIds as UuidIds
@@ -75,7 +88,18 @@ __all__ = [
     "OperationCatalog",
     "OperationContext",
     "OperationFn",
+    "ReportArtifacts",
+    "ReportExcerpt",
+    "ReportGeneration",
+    "ReportInput",
+    "ReportMessage",
+    "ReportOperation",
+    "ReportOutcome",
+    "ReportPrivacy",
+    "ReportPrompt",
+    "ReportStart",
     "RunMeta",
+    "RunReport",
     "Runner",
     "SessionView",
     "SnapshotPolicy",
@@ -96,6 +120,7 @@ __all__ = [
     "artifact_diff",
     "assemble_prompt",
     "build_prompt",
+    "build_report",
     "builtin_kinds",
     "commit_order",
     "effective_prompt",
@@ -103,6 +128,7 @@ __all__ = [
     "next_artifact",
     "plan_inclusions",
     "prompt_hash",
+    "render_markdown",
     "select_versions",
     "session_view",
     "sse_comment",

@@ -55,6 +55,7 @@ from ._commit import overlay
 from ._context import AbortSignal, RunMeta
 from ._events import EventEmitter
 from ._executor import Executor, InProcessExecutor
+from ._explain import RunReport, build_report
 from ._main_llm import call_main_llm
 from ._operation import OperationCatalog
 from ._prompt import EffectivePrompt, effective_prompt
@@ -179,21 +180,25 @@ class Runner:
         Raises:
             NotFound: if the run is unknown (or was pruned).
         """
-        from ._explain import RunReport, build_report  # noqa: F401  (until the module lands)
-
         run, op_runs = await self.runs.get_run(run_id)
         user_message: str | None = None
         history_size: int | None = None
         try:
             message = await self.chats.get_message(run.chat_id, run.user_message_id)
-            user_message = self.redactor.redact(message.prompt_text)
+            user_message = message.prompt_text
             history = await self.chats.history(run.chat_id, run.branch_id)
             ids = [m.message_id for m in history]
             if run.user_message_id in ids:
                 history_size = ids.index(run.user_message_id) + 1
         except NotFound:
             pass
-        return build_report(run, op_runs, user_message=user_message, history_size=history_size)
+        return build_report(
+            run,
+            op_runs,
+            user_message=user_message,
+            history_size=history_size,
+            redactor=self.redactor,
+        )
 
     async def run(self, request: RunRequest, *, abort: AbortSignal | None = None) -> RunResult:
         """Execute one run and return its result.
