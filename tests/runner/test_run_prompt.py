@@ -207,7 +207,9 @@ async def test_snapshot_is_bounded_and_augmentation_follows_the_policy() -> None
     tight_result = await tight.run(generate("hello", system_prompt="system"))
     tight_snapshot = tight_result.run.main_llm.prompt
     assert tight_snapshot is not None
-    assert [m.content for m in tight_snapshot.messages] == ["sys…"]
+    # The system message is served first; the rest keep only length and hash.
+    assert [m.content for m in tight_snapshot.messages] == ["sys…", None]
+    assert [m.chars for m in tight_snapshot.messages] == [6, 5]
     assert tight_snapshot.omitted_messages == 1
 
 
@@ -320,3 +322,18 @@ async def test_a_new_session_id_starts_fresh_and_keeps_the_old_session() -> None
     assert (await stores.sessions.get_artifacts(new_key))["world"].value == {"turn": 1}
     assert (await stores.sessions.get_artifacts(KEY))["world"].value == {"turn": 2}
     assert len(stores.sessions.sessions()) == 2
+
+
+async def test_a_spent_snapshot_budget_keeps_system_and_newest_messages() -> None:
+    stores, catalog, llm = InMemoryStores(), OperationCatalog(), ScriptedMainLlm()
+    runner = make_runner(stores, catalog, llm, snapshot=SnapshotPolicy(max_total_chars=7))
+    await use_profile(stores)
+    for text in ("aaaa", "bbbb"):
+        await runner.run(generate(text, system_prompt="S"))
+    result = await runner.run(generate("cccc", system_prompt="S"))
+    snapshot = result.run.main_llm.prompt
+    assert snapshot is not None
+    assert [m.content for m in snapshot.messages] == ["S", None, None, None, "OK", "cccc"]
+    assert [m.chars for m in snapshot.messages] == [1, 4, 2, 4, 2, 4]
+    assert snapshot.omitted_messages == 3
+    assert snapshot.messages[2].sha256 == snapshot.messages[4].sha256  # "OK" both times

@@ -81,7 +81,8 @@ class SnapshotMessage(Model):
     domain_role: DomainRole
     """Its domain role (differs from ``role`` when ``developer`` was mapped to ``system``)."""
     content: str | None
-    """The kept text (see ``storage``); None when only the hash is kept."""
+    """The kept text (see ``storage``); None when only the hash is kept (``hash_only``, or
+    the snapshot's size limit was spent)."""
     chars: int = Field(ge=0)
     """Length of the text actually sent."""
     sha256: str
@@ -104,9 +105,10 @@ class PromptSnapshot(Model):
     prompt_hash: str
     """sha256 of the canonical serialisation of the provider messages sent."""
     messages: tuple[SnapshotMessage, ...] = ()
-    """The messages in send order (possibly fewer than sent, see ``omitted_messages``)."""
+    """Every message sent, in send order."""
     omitted_messages: int = Field(default=0, ge=0)
-    """Messages left out of the snapshot because it reached its total size limit."""
+    """Messages whose text was not kept because the snapshot's total size limit was spent
+    (their ``content`` is None; role, length and hash remain)."""
     roles_mapped: bool = False
     """True when some ``developer`` message was sent as ``system``."""
     history_window: JsonObject = Field(default_factory=dict)

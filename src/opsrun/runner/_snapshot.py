@@ -40,8 +40,10 @@ class SnapshotPolicy:
     max_message_chars: int = 2000
     """Characters of one message's text kept at most."""
     max_total_chars: int = 32_000
-    """Characters of text kept over the whole snapshot; once it is spent, the remaining
-    messages are left out and counted in ``omitted_messages``."""
+    """Characters of text kept over the whole snapshot. The system message is served
+    first, then messages from the newest back; once it is spent, older messages keep
+    only their role, length and hash (``content`` None), counted in
+    ``omitted_messages``."""
     summary_chars: int = 160
     """Characters kept of an augmentation message stored as ``summary``."""
     augmentation: AugmentationStorage = AugmentationStorage.REDACTED
@@ -81,43 +83,47 @@ def take_snapshot(
     """
     if len(messages) != len(sent):
         raise ValueError("messages and sent must have the same length")
-    kept: list[SnapshotMessage] = []
+    n = len(sent)
+    # The budget goes to the system message first, then from the newest message back:
+    # what explains an answer is the instructions and the end of the conversation.
+    order = list(range(n - 1, -1, -1))
+    if n and messages[0].role == DomainRole.SYSTEM:
+        order = [0, *order[:-1]]
+    contents: list[tuple[str | None, bool]] = [(None, False)] * n
+    storages: list[AugmentationStorage] = [AugmentationStorage.REDACTED] * n
     budget = policy.max_total_chars
     omitted = 0
-    for message, provider in zip(messages, sent, strict=True):
+    for index in order:
+        source = messages[index].source
+        if source is not None and source.kind in _AUGMENTATION_SOURCES:
+            storages[index] = policy.augmentation
+        text = sent[index].content
+        if storages[index] == AugmentationStorage.HASH_ONLY:
+            contents[index] = (None, bool(text))
+            continue
         if budget <= 0:
+            contents[index] = (None, bool(text))
             omitted += 1
             continue
-        source = message.source
-        storage = AugmentationStorage.REDACTED
-        if source is not None and source.kind in _AUGMENTATION_SOURCES:
-            storage = policy.augmentation
-        text = provider.content
-        content: str | None
-        if storage == AugmentationStorage.HASH_ONLY:
-            content, truncated = None, bool(text)
-        else:
-            limit = policy.max_message_chars
-            if storage == AugmentationStorage.SUMMARY:
-                limit = min(limit, policy.summary_chars)
-            content, truncated = _bounded(redactor.redact(text), limit)
-        if content is not None:
-            if len(content) > budget:
-                content, _ = _bounded(content, budget)
-                truncated = True
-            budget -= len(content)
-        kept.append(
-            SnapshotMessage(
-                role=provider.role,
-                domain_role=message.role,
-                content=content,
-                chars=len(text),
-                sha256=sha256_text(text),
-                truncated=truncated,
-                storage=storage,
-                source=source,
-            )
+        limit = policy.max_message_chars
+        if storages[index] == AugmentationStorage.SUMMARY:
+            limit = min(limit, policy.summary_chars)
+        content, truncated = _bounded(redactor.redact(text), min(limit, budget))
+        budget -= len(content)
+        contents[index] = (content, truncated)
+    kept = [
+        SnapshotMessage(
+            role=provider.role,
+            domain_role=message.role,
+            content=contents[i][0],
+            chars=len(provider.content),
+            sha256=sha256_text(provider.content),
+            truncated=contents[i][1],
+            storage=storages[i],
+            source=message.source,
         )
+        for i, (message, provider) in enumerate(zip(messages, sent, strict=True))
+    ]
     return PromptSnapshot(
         prompt_hash=prompt_hash,
         messages=tuple(kept),
