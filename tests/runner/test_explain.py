@@ -260,7 +260,7 @@ def test_prompt_keeps_send_order_roles_hashes_and_trimming() -> None:
     md = render_markdown(build_report(run, []))
     assert "**3. system (as developer)** · effect g · 11 chars" in md
     assert "Developer messages were sent with the provider role `system`." in md
-    assert "2 more sent messages not recorded" in md
+    assert "The text of 2 older messages was not kept" in md
     assert "History window: maxMessages=1; 1 history message in the prompt." in md
     assert "Trimmed: `m1` (max_messages)." in md
 

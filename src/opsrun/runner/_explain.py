@@ -159,7 +159,7 @@ class ReportPrompt(Model):
     messages: tuple[ReportMessage, ...] = ()
     """The recorded messages in send order."""
     omitted_messages: int = 0
-    """Messages sent but not recorded (the snapshot reached its size limit)."""
+    """Messages whose text was not kept (the snapshot reached its size limit)."""
     roles_mapped: bool = False
     """True when some ``developer`` message was sent as ``system``."""
     history_window: JsonObject = Field(default_factory=dict)

@@ -173,8 +173,8 @@ def _prompt(prompt: ReportPrompt | None) -> list[str]:
         notes.append("Developer messages were sent with the provider role `system`.")
     if prompt.omitted_messages:
         notes.append(
-            f"{_count(prompt.omitted_messages, 'more sent message')} not recorded "
-            "(the snapshot reached its size limit)."
+            f"The text of {_count(prompt.omitted_messages, 'older message')} was not kept "
+            "(the snapshot reached its size limit); their length and hash are."
         )
     limits = ", ".join(
         f"{_text(k)}={_text(v if isinstance(v, str) else _json(v))}"
@@ -199,7 +199,8 @@ def _prompt(prompt: ReportPrompt | None) -> list[str]:
             f"sha256 {_code(m.sha256)} · {m.storage}{cut}"
         )
         if m.content is None:
-            out.append(f"_Text not stored ({m.storage}): only its length and hash are kept._")
+            why = "hash_only" if m.storage == "hash_only" else "the snapshot's size limit"
+            out.append(f"_Text not stored ({why}): only its length and hash are kept._")
         else:
             out.append(_fenced(m.content))
     return out
