@@ -3,27 +3,69 @@
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Iterable
-from typing import Any
+from datetime import datetime
+from typing import Any, TypeVar
 
 import anyio
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from pydantic import BaseModel
 
-from ..model import RunEvent
+from ..model import (
+    Hook,
+    OperationError,
+    OperationFinished,
+    OperationStarted,
+    OperationStatus,
+    RunEvent,
+    SkippedReason,
+)
 from ..ports import Clock, EventSink, RunStore
 
 __all__ = ["EventLog"]
 
 _log = logging.getLogger("opsrun.events")
 
+M = TypeVar("M", bound=BaseModel)
+
+_setattr = object.__setattr__
+
+
+def prevalidated(model: type[M], values: dict[str, Any], fields_set: frozenset[str]) -> M:
+    """The ``model`` instance with ``values``, built without validating them again.
+
+    For values that already have their field types (taken from validated models or made
+    by the runner itself): the result equals what the validating constructor returns
+    when given the ``fields_set`` names. ``values`` must hold every field, in field
+    order (``__dict__`` order is what ``repr`` shows); the model stays frozen.
+    """
+    instance = object.__new__(model)
+    _setattr(instance, "__dict__", values)
+    _setattr(instance, "__pydantic_fields_set__", set(fields_set))
+    _setattr(instance, "__pydantic_extra__", None)
+    _setattr(instance, "__pydantic_private__", None)
+    return instance
+
+
+_HEAD = ("seq", "ts", "run_id", "chat_id", "user_message_id", "trigger", "type")
+_STARTED = (*_HEAD, "hook", "operation_id", "operation_name")
+_FINISHED = (*_STARTED, "status", "skipped_reason", "error", "duration_ms")
+_STARTED_SET = frozenset(_STARTED) - {"type"}
+_FINISHED_SET = frozenset(_FINISHED) - {"type"}
+"""The fields the validating constructor would be given (``type`` keeps its default)."""
+
+OPERATION_EVENTS_PREVALIDATED = (
+    tuple(OperationStarted.model_fields) == _STARTED
+    and tuple(OperationFinished.model_fields) == _FINISHED
+)
+"""Whether the operation events can skip validation: only while the fields are these."""
+
 
 class EventEmitter:
     """Numbers a run's events 1, 2, … and delivers them in order from one task.
 
-    ``emit`` never waits: events queue in an unbounded memory stream and a single
-    pump task hands them to the run store and the sink, so a slow sink cannot
-    reorder events or stall operations. ``close`` flushes what is queued.
+    ``emit`` never waits: events queue in memory and a single pump task hands them to
+    the run store and the sink in batches, so a slow sink cannot reorder events or
+    stall operations. ``close`` flushes what is queued.
     """
 
     def __init__(
@@ -39,38 +81,135 @@ class EventEmitter:
         self._sink = sink
         self._store = store
         self.seq = 0
-        send, receive = anyio.create_memory_object_stream[RunEvent](math.inf)
-        self._send: MemoryObjectSendStream[RunEvent] = send
-        self._receive: MemoryObjectReceiveStream[RunEvent] = receive
+        self._queue: list[RunEvent] = []
+        self._wakeup: anyio.Event | None = None
+        self._closed = False
+        # The operation events copy these from the run, a validated model.
+        self._run_id: str = base["run_id"]
+        self._chat_id: str = base["chat_id"]
+        self._user_message_id: str = base["user_message_id"]
+        self._trigger: Any = base["trigger"]
+
+    def _queue_event(self, event: RunEvent) -> None:
+        if self._closed:
+            raise anyio.ClosedResourceError
+        self._queue.append(event)
+        wakeup = self._wakeup
+        if wakeup is not None:
+            self._wakeup = None
+            wakeup.set()
 
     def emit(self, event_type: type[Any], **fields: Any) -> RunEvent:
         """Build the next event of ``event_type`` and queue it for delivery."""
         self.seq += 1
         event: RunEvent = event_type(seq=self.seq, ts=self._clock.now(), **self._base, **fields)
-        self._send.send_nowait(event)
+        self._queue_event(event)
         return event
+
+    def operation_started(self, hook: Hook, operation_id: str, operation_name: str) -> None:
+        """Emit ``operation.started``."""
+        self.seq += 1
+        ts = self._clock.now()
+        if not (OPERATION_EVENTS_PREVALIDATED and isinstance(ts, datetime)):
+            # e.g. a host clock of another type: the model validates (or converts) it
+            self._queue_event(
+                OperationStarted(
+                    seq=self.seq,
+                    ts=ts,
+                    **self._base,
+                    hook=hook,
+                    operation_id=operation_id,
+                    operation_name=operation_name,
+                )
+            )
+            return
+        values = {
+            "seq": self.seq,
+            "ts": ts,
+            "run_id": self._run_id,
+            "chat_id": self._chat_id,
+            "user_message_id": self._user_message_id,
+            "trigger": self._trigger,
+            "type": "operation.started",
+            "hook": hook,
+            "operation_id": operation_id,
+            "operation_name": operation_name,
+        }
+        self._queue_event(prevalidated(OperationStarted, values, _STARTED_SET))
+
+    def operation_finished(
+        self,
+        hook: Hook,
+        operation_id: str,
+        operation_name: str,
+        status: OperationStatus,
+        skipped_reason: SkippedReason | None,
+        error: OperationError | None,
+        duration_ms: float | None,
+    ) -> None:
+        """Emit ``operation.finished``."""
+        self.seq += 1
+        ts = self._clock.now()
+        if not (OPERATION_EVENTS_PREVALIDATED and isinstance(ts, datetime)):
+            self._queue_event(
+                OperationFinished(
+                    seq=self.seq,
+                    ts=ts,
+                    **self._base,
+                    hook=hook,
+                    operation_id=operation_id,
+                    operation_name=operation_name,
+                    status=status,
+                    skipped_reason=skipped_reason,
+                    error=error,
+                    duration_ms=duration_ms,
+                )
+            )
+            return
+        values = {
+            "seq": self.seq,
+            "ts": ts,
+            "run_id": self._run_id,
+            "chat_id": self._chat_id,
+            "user_message_id": self._user_message_id,
+            "trigger": self._trigger,
+            "type": "operation.finished",
+            "hook": hook,
+            "operation_id": operation_id,
+            "operation_name": operation_name,
+            "status": status,
+            "skipped_reason": skipped_reason,
+            "error": error,
+            "duration_ms": duration_ms,
+        }
+        self._queue_event(prevalidated(OperationFinished, values, _FINISHED_SET))
 
     async def pump(self) -> None:
         """Deliver queued events until :meth:`close`; run this in the run's task group."""
-        async with self._receive:
-            async for event in self._receive:
-                batch = [event]
-                while True:
+        while True:
+            if not self._queue:
+                if self._closed:
+                    return
+                self._wakeup = wakeup = anyio.Event()
+                await wakeup.wait()
+                continue
+            # Everything queued so far goes out as one batch, in order.
+            batch, self._queue = self._queue, []
+            await self._store.append_events(batch[0].run_id, batch)
+            if self._sink is not None:
+                for item in batch:
                     try:
-                        batch.append(self._receive.receive_nowait())
-                    except (anyio.WouldBlock, anyio.EndOfStream):
-                        break
-                await self._store.append_events(event.run_id, batch)
-                if self._sink is not None:
-                    for item in batch:
-                        try:
-                            await self._sink.emit(item)
-                        except Exception:  # a broken sink must not break the run
-                            _log.exception("event sink failed on %s", item.type)
+                        await self._sink.emit(item)
+                    except Exception:  # a broken sink must not break the run
+                        _log.exception("event sink failed on %s", item.type)
 
     def close(self) -> None:
         """Stop accepting events; the pump ends after delivering the queue."""
-        self._send.close()
+        self._closed = True
+        wakeup = self._wakeup
+        if wakeup is not None:
+            self._wakeup = None
+            wakeup.set()
 
 
 class EventLog:

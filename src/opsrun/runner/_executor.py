@@ -48,7 +48,7 @@ class InProcessExecutor:
 
     async def execute(self, operation: Operation, ctx: OperationContext) -> OperationResult:
         """Await ``operation.execute(ctx)`` inside the concurrency limit (FIFO when full)."""
-        if self._running >= self.limit or self._waiters:
+        if not self._acquire_nowait():
             waiter = anyio.Event()
             self._waiters.append(waiter)
             try:
@@ -60,14 +60,24 @@ class InProcessExecutor:
                 elif waiter.is_set():
                     self._release()
                 raise
-        else:
-            self._running += 1
         try:
             return await operation.execute(ctx)
         finally:
             self._release()
 
+    def _acquire_nowait(self) -> bool:
+        """Take a slot when one is free and nobody queues for it; False otherwise.
+
+        A caller that got a slot awaits the operation itself and then calls
+        :meth:`_release`, exactly as :meth:`execute` does (the scheduler's fast path).
+        """
+        if self._running >= self.limit or self._waiters:
+            return False
+        self._running += 1
+        return True
+
     def _release(self) -> None:
+        """Give back a slot; a queued caller gets it directly."""
         if self._waiters:
             # The slot passes straight to the next waiter: _running stays the same.
             self._waiters.popleft().set()

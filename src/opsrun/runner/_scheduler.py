@@ -7,7 +7,8 @@ dependencies, so an operation whose dependencies finished early starts at once
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
@@ -24,10 +25,8 @@ from ..model import (
     OperationConfig,
     OperationDefinition,
     OperationError,
-    OperationFinished,
     OperationResult,
     OperationRun,
-    OperationStarted,
     OperationStatus,
     SkippedReason,
     Trigger,
@@ -35,6 +34,8 @@ from ..model import (
 from ..model._effects import ASSISTANT_SIDE_EFFECTS
 from ._commit import next_artifact
 from ._context import OperationContext
+from ._events import prevalidated
+from ._executor import InProcessExecutor
 from ._operation import Operation
 
 if TYPE_CHECKING:
@@ -43,7 +44,40 @@ if TYPE_CHECKING:
 __all__: list[str] = []
 
 
-@dataclass(eq=False)
+_RECORD_FIELDS = (
+    "run_id",
+    "operation_id",
+    "operation_name",
+    "hook",
+    "trigger",
+    "required",
+    "order",
+    "depends_on",
+    "status",
+    "skipped_reason",
+    "error",
+    "started_at",
+    "finished_at",
+    "duration_ms",
+    "inputs_summary",
+    "outputs_summary",
+    "committed",
+    "commit_index",
+)
+"""The fields :meth:`OpExec.record` fills, in ``OperationRun`` field order."""
+
+_RECORD_SET = frozenset(_RECORD_FIELDS)
+
+RECORDS_PREVALIDATED = tuple(OperationRun.model_fields) == _RECORD_FIELDS
+"""Whether records can skip validation: only while they fill every field, in order."""
+
+
+def _plain(summary: dict[str, Any]) -> bool:
+    """True when ``summary`` is a dict with str keys, as ``OperationRun`` stores it."""
+    return type(summary) is dict and (not summary or all(type(k) is str for k in summary))
+
+
+@dataclass(eq=False, slots=True)
 class OpExec:
     """Mutable bookkeeping of one operation in one hook of one run."""
 
@@ -86,26 +120,47 @@ class OpExec:
         self.error = error
 
     def record(self, run_id: str, trigger: Trigger) -> OperationRun:
-        return OperationRun(
-            run_id=run_id,
-            operation_id=self.operation_id,
-            operation_name=self.definition.name,
-            hook=self.hook,
-            trigger=trigger,
-            required=self.config.required,
-            order=self.config.order,
-            depends_on=self.config.depends_on,
-            status=self.status,
-            skipped_reason=self.skipped_reason,
-            error=self.error,
-            started_at=self.started_at,
-            finished_at=self.finished_at,
-            duration_ms=self.duration_ms,
-            inputs_summary=self.inputs_summary,
-            outputs_summary=self.outputs_summary,
-            committed=self.committed,
-            commit_index=self.commit_index,
-        )
+        """The operation's :class:`OperationRun` as it stands now."""
+        config = self.config
+        started_at = self.started_at
+        finished_at = self.finished_at
+        inputs = self.inputs_summary
+        outputs = self.outputs_summary
+        values = {
+            "run_id": run_id,
+            "operation_id": self.definition.operation_id,
+            "operation_name": self.definition.name,
+            "hook": self.hook,
+            "trigger": trigger,
+            "required": config.required,
+            "order": config.order,
+            "depends_on": config.depends_on,
+            "status": self.status,
+            "skipped_reason": self.skipped_reason,
+            "error": self.error,
+            "started_at": started_at,
+            "finished_at": finished_at,
+            "duration_ms": self.duration_ms,
+            "inputs_summary": inputs,
+            "outputs_summary": outputs,
+            "committed": self.committed,
+            "commit_index": self.commit_index,
+        }
+        # Every value comes from a validated model or from the scheduler, except the
+        # host's clock readings and summaries: those are checked, and anything unusual
+        # goes through validation.
+        if (
+            RECORDS_PREVALIDATED
+            and (started_at is None or isinstance(started_at, datetime))
+            and (finished_at is None or isinstance(finished_at, datetime))
+            and _plain(inputs)
+            and _plain(outputs)
+        ):
+            # Each record gets its own summary dicts, as validation would give it.
+            values["inputs_summary"] = inputs.copy()
+            values["outputs_summary"] = outputs.copy()
+            return prevalidated(OperationRun, values, _RECORD_SET)
+        return OperationRun(**values)
 
 
 def error_of(code: str, message: str, details: dict[str, Any] | None = None) -> OperationError:
@@ -115,16 +170,34 @@ def error_of(code: str, message: str, details: dict[str, Any] | None = None) -> 
     )
 
 
+def loop_clock() -> Callable[[], float]:
+    """The clock ``anyio.current_time()`` reads, looked up once instead of at every call.
+
+    anyio's asyncio backend reads ``loop.time()``; anything else (trio, or trio running
+    as a guest of an asyncio loop, where no asyncio task is current) keeps anyio's own
+    per-call lookup.
+    """
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return anyio.current_time
+    if asyncio.current_task(loop) is None:
+        return anyio.current_time
+    return loop.time
+
+
 @dataclass(frozen=True, slots=True)
 class _HookView:
     """What every operation of one hook execution reads."""
 
     history: tuple[ChatMessage, ...]
     base: dict[str, Artifact]
-
-    @property
-    def shared(self) -> Mapping[str, Artifact]:
-        return MappingProxyType(self.base)
+    shared: Mapping[str, Artifact]
+    """Read-only ``base``, handed to every operation without dependencies."""
+    time: Callable[[], float]
+    """The event loop's clock (see :func:`loop_clock`)."""
+    inline: InProcessExecutor | None
+    """The run's executor when operations can be awaited in place (see ``_execute``)."""
 
 
 _TIMED_OUT = object()
@@ -144,9 +217,15 @@ async def run_hook(state: _RunState, hook: Hook) -> None:
     pending.sort(key=lambda e: (e.config.order, e.operation_id))
     # Nothing commits while a hook executes, so its history and committed artifacts are
     # read once and shared (read-only) by every operation of the hook.
+    base = state.committed_artifacts()
+    executor = state.executor
     view = _HookView(
         history=state.context_history(hook),
-        base=state.committed_artifacts(),
+        base=base,
+        shared=MappingProxyType(base),
+        time=loop_clock(),
+        # Exactly this class: a subclass may change what execute() does.
+        inline=executor if type(executor) is InProcessExecutor else None,
     )
     async with anyio.create_task_group() as tg:
         # An abort cancels this scope: every task of the hook stops at its next await and
@@ -160,24 +239,9 @@ async def run_hook(state: _RunState, hook: Hook) -> None:
 
 async def _run_one(state: _RunState, e: OpExec, by_id: dict[str, OpExec], view: _HookView) -> None:
     try:
-        for dep_id in e.config.depends_on:
-            dep = by_id.get(dep_id)
-            if dep is not None and dep.finished is not None:
-                await dep.finished.wait()
-            if dep is None or dep.status != OperationStatus.DONE:
-                if state.abort_reason is not None:
-                    e.end(OperationStatus.ABORTED)
-                elif e.config.required:
-                    e.end(
-                        OperationStatus.ERROR,
-                        error=error_of(
-                            "dependency_failed", f"dependency {dep_id!r} did not end done"
-                        ),
-                    )
-                else:
-                    e.end(OperationStatus.SKIPPED, reason=SkippedReason.DEPENDENCY_FAILED)
-                state.announce_finished(e)
-                return
+        if e.config.depends_on and not await _dependencies_done(state, e, by_id):
+            state.announce_finished(e)
+            return
         if state.abort_reason is not None:
             e.end(OperationStatus.ABORTED)
             state.announce_finished(e)
@@ -189,41 +253,66 @@ async def _run_one(state: _RunState, e: OpExec, by_id: dict[str, OpExec], view: 
             e.finished.set()
 
 
+async def _dependencies_done(state: _RunState, e: OpExec, by_id: dict[str, OpExec]) -> bool:
+    """Wait for ``e``'s dependencies; when one did not end done, end ``e`` and say False."""
+    for dep_id in e.config.depends_on:
+        dep = by_id.get(dep_id)
+        if dep is not None and dep.finished is not None:
+            await dep.finished.wait()
+        if dep is None or dep.status != OperationStatus.DONE:
+            if state.abort_reason is not None:
+                e.end(OperationStatus.ABORTED)
+            elif e.config.required:
+                e.end(
+                    OperationStatus.ERROR,
+                    error=error_of("dependency_failed", f"dependency {dep_id!r} did not end done"),
+                )
+            else:
+                e.end(OperationStatus.SKIPPED, reason=SkippedReason.DEPENDENCY_FAILED)
+            return False
+    return True
+
+
 async def _execute(state: _RunState, e: OpExec, by_id: dict[str, OpExec], view: _HookView) -> None:
-    assert e.implementation is not None
+    implementation = e.implementation
+    assert implementation is not None
+    config = e.config
+    hook = e.hook
     e.status = OperationStatus.RUNNING
     e.started_at = state.clock.now()
-    t0 = anyio.current_time()
-    state.emitter.emit(
-        OperationStarted,
-        hook=e.hook,
-        operation_id=e.operation_id,
-        operation_name=e.definition.name,
-    )
-    timeout = e.config.timeout_ms / 1000 if e.config.timeout_ms else None
+    t0 = view.time()
+    state.emitter.operation_started(hook, e.definition.operation_id, e.definition.name)
+    timeout = config.timeout_ms / 1000 if config.timeout_ms else None
     ctx = OperationContext(
         run=state.meta,
-        hook=e.hook,
+        hook=hook,
         definition=e.definition,
-        config=e.config,
+        config=config,
         params=e.params,
         history=view.history,
-        artifacts=_visible_artifacts(state, e, by_id, view) if e.config.depends_on else view.shared,
-        prompt=state.draft_prompt if e.hook == Hook.BEFORE_MAIN_LLM else None,
-        main_llm=state.main_llm if e.hook == Hook.AFTER_MAIN_LLM else None,
+        artifacts=_visible_artifacts(state, e, by_id, view) if config.depends_on else view.shared,
+        prompt=state.draft_prompt if hook == Hook.BEFORE_MAIN_LLM else None,
+        main_llm=state.main_llm if hook == Hook.AFTER_MAIN_LLM else None,
         deadline=None if timeout is None else t0 + timeout,
         abort=state.abort,
         write_tag=e.write_tag,
     )
     result: OperationResult | None = None
     failure: OperationError | None = None
+    inline = view.inline
     try:
         returned: object = _TIMED_OUT
-        if timeout is None:
-            returned = await state.executor.execute(e.implementation, ctx)
+        if timeout is None and inline is not None and inline._acquire_nowait():
+            # What InProcessExecutor.execute does when a slot is free, one await shorter.
+            try:
+                returned = await implementation.execute(ctx)
+            finally:
+                inline._release()
+        elif timeout is None:
+            returned = await state.executor.execute(implementation, ctx)
         else:
             with anyio.CancelScope(deadline=t0 + timeout):
-                returned = await state.executor.execute(e.implementation, ctx)
+                returned = await state.executor.execute(implementation, ctx)
         if returned is not _TIMED_OUT:
             if not isinstance(returned, OperationResult):
                 # e.g. a forgotten ``return``: not a timeout, a broken operation
@@ -236,13 +325,13 @@ async def _execute(state: _RunState, e: OpExec, by_id: dict[str, OpExec], view: 
     finally:
         # Also reached when an abort cancels the hook: the run marks the operation aborted.
         e.finished_at = state.clock.now()
-        e.duration_ms = (anyio.current_time() - t0) * 1000
+        e.duration_ms = (view.time() - t0) * 1000
     if failure is not None:
         e.end(OperationStatus.ERROR, error=failure)
     elif result is None or (timeout is not None and e.duration_ms >= timeout * 1000):
         e.end(
             OperationStatus.ERROR,
-            error=error_of("timeout", f"operation exceeded timeoutMs={e.config.timeout_ms}"),
+            error=error_of("timeout", f"operation exceeded timeoutMs={config.timeout_ms}"),
         )
     else:
         _accept(state, e, result)
@@ -331,13 +420,12 @@ def announce(state: _RunState, e: OpExec) -> None:
     """
     if e.error is not None:
         e.error = state.redact_error(e.error)
-    state.emitter.emit(
-        OperationFinished,
-        hook=e.hook,
-        operation_id=e.operation_id,
-        operation_name=e.definition.name,
-        status=e.status,
-        skipped_reason=e.skipped_reason,
-        error=e.error,
-        duration_ms=e.duration_ms,
+    state.emitter.operation_finished(
+        e.hook,
+        e.operation_id,
+        e.definition.name,
+        e.status,
+        e.skipped_reason,
+        e.error,
+        e.duration_ms,
     )
