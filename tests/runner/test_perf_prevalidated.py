@@ -1,4 +1,4 @@
-"""Per-operation records and events skip revalidation; they equal the validated models."""
+"""The per-operation fast paths build the same objects as the ordinary constructors."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ from opsrun.model import (
     SkippedReason,
     Trigger,
 )
-from opsrun.runner import OperationCatalog, OperationContext
+from opsrun.runner import AbortSignal, OperationCatalog, OperationContext, RunMeta
+from opsrun.runner._context import CONTEXT_FIELDS_SET_DIRECTLY, operation_context
 from opsrun.runner._events import OPERATION_EVENTS_PREVALIDATED
 from opsrun.runner._scheduler import RECORDS_PREVALIDATED, OpExec, loop_clock
 from opsrun.stores import InMemoryStores
@@ -51,6 +52,7 @@ def test_the_fast_paths_match_the_current_models() -> None:
     # (everything is validated again); this test says so.
     assert RECORDS_PREVALIDATED
     assert OPERATION_EVENTS_PREVALIDATED
+    assert CONTEXT_FIELDS_SET_DIRECTLY
 
 
 DEFINITION = OperationDefinition(operation_id="op", name="Op", kind="compute")
@@ -189,3 +191,45 @@ async def test_loop_clock_is_anyio_current_time() -> None:
     first = anyio.current_time()
     value = clock()
     assert first <= value <= anyio.current_time()
+
+
+def test_copies_of_records_do_not_share_what_they_change() -> None:
+    first = opexec().record("run_1", Trigger.GENERATE)
+    second = opexec().record("run_1", Trigger.GENERATE)
+    copy = first.model_copy(update={"committed": True})
+    assert copy.committed
+    assert not first.committed
+    assert not second.committed
+    assert first.model_fields_set == second.model_fields_set == set(OperationRun.model_fields)
+
+
+def test_operation_context_equals_the_dataclass_constructor() -> None:
+    values: dict[str, Any] = {
+        "run": RunMeta(
+            run_id="run_1",
+            trigger=Trigger.GENERATE,
+            chat_id="c",
+            branch_id="main",
+            user_message_id="m",
+            profile_id="p",
+            session_key=None,
+        ),
+        "hook": A,
+        "definition": DEFINITION,
+        "config": CONFIG,
+        "params": {"k": 1},
+        "history": (),
+        "artifacts": MappingProxyType({}),
+        "prompt": None,
+        "main_llm": None,
+        "deadline": 12.5,
+        "abort": AbortSignal(),
+        "write_tag": "tag",
+    }
+    fast = operation_context(**values)
+    slow = OperationContext(**values)
+    assert type(fast) is OperationContext
+    assert fast == slow
+    assert repr(fast) == repr(slow)
+    with pytest.raises(AttributeError):
+        fast.hook = B  # type: ignore[misc]  # frozen

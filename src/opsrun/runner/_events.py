@@ -30,17 +30,20 @@ M = TypeVar("M", bound=BaseModel)
 _setattr = object.__setattr__
 
 
-def prevalidated(model: type[M], values: dict[str, Any], fields_set: frozenset[str]) -> M:
+def prevalidated(model: type[M], values: dict[str, Any], fields_set: set[str]) -> M:
     """The ``model`` instance with ``values``, built without validating them again.
 
     For values that already have their field types (taken from validated models or made
     by the runner itself): the result equals what the validating constructor returns
     when given the ``fields_set`` names. ``values`` must hold every field, in field
     order (``__dict__`` order is what ``repr`` shows); the model stays frozen.
+
+    ``fields_set`` is shared, not copied, as ``model_construct(_fields_set=...)`` does:
+    pydantic never changes the fields-set of a frozen model (copies get their own).
     """
     instance = object.__new__(model)
     _setattr(instance, "__dict__", values)
-    _setattr(instance, "__pydantic_fields_set__", set(fields_set))
+    _setattr(instance, "__pydantic_fields_set__", fields_set)
     _setattr(instance, "__pydantic_extra__", None)
     _setattr(instance, "__pydantic_private__", None)
     return instance
@@ -49,8 +52,9 @@ def prevalidated(model: type[M], values: dict[str, Any], fields_set: frozenset[s
 _HEAD = ("seq", "ts", "run_id", "chat_id", "user_message_id", "trigger", "type")
 _STARTED = (*_HEAD, "hook", "operation_id", "operation_name")
 _FINISHED = (*_STARTED, "status", "skipped_reason", "error", "duration_ms")
-_STARTED_SET = frozenset(_STARTED) - {"type"}
-_FINISHED_SET = frozenset(_FINISHED) - {"type"}
+_RUN_FIELDS = set(_HEAD) - {"seq", "ts", "type"}
+_STARTED_SET = set(_STARTED) - {"type"}
+_FINISHED_SET = set(_FINISHED) - {"type"}
 """The fields the validating constructor would be given (``type`` keeps its default)."""
 
 OPERATION_EVENTS_PREVALIDATED = (
@@ -84,11 +88,13 @@ class EventEmitter:
         self._queue: list[RunEvent] = []
         self._wakeup: anyio.Event | None = None
         self._closed = False
-        # The operation events copy these from the run, a validated model.
-        self._run_id: str = base["run_id"]
-        self._chat_id: str = base["chat_id"]
-        self._user_message_id: str = base["user_message_id"]
-        self._trigger: Any = base["trigger"]
+        # Field values of the operation events, in field order, to copy and fill in; the
+        # run's own fields come from the run, a validated model.
+        self._prevalidated = OPERATION_EVENTS_PREVALIDATED and set(base) == _RUN_FIELDS
+        self._started: dict[str, Any] = dict.fromkeys(_STARTED)
+        self._started.update(base, type="operation.started")
+        self._finished: dict[str, Any] = dict.fromkeys(_FINISHED)
+        self._finished.update(base, type="operation.finished")
 
     def _queue_event(self, event: RunEvent) -> None:
         if self._closed:
@@ -110,7 +116,7 @@ class EventEmitter:
         """Emit ``operation.started``."""
         self.seq += 1
         ts = self._clock.now()
-        if not (OPERATION_EVENTS_PREVALIDATED and isinstance(ts, datetime)):
+        if not (self._prevalidated and isinstance(ts, datetime)):
             # e.g. a host clock of another type: the model validates (or converts) it
             self._queue_event(
                 OperationStarted(
@@ -123,18 +129,12 @@ class EventEmitter:
                 )
             )
             return
-        values = {
-            "seq": self.seq,
-            "ts": ts,
-            "run_id": self._run_id,
-            "chat_id": self._chat_id,
-            "user_message_id": self._user_message_id,
-            "trigger": self._trigger,
-            "type": "operation.started",
-            "hook": hook,
-            "operation_id": operation_id,
-            "operation_name": operation_name,
-        }
+        values = self._started.copy()
+        values["seq"] = self.seq
+        values["ts"] = ts
+        values["hook"] = hook
+        values["operation_id"] = operation_id
+        values["operation_name"] = operation_name
         self._queue_event(prevalidated(OperationStarted, values, _STARTED_SET))
 
     def operation_finished(
@@ -150,7 +150,7 @@ class EventEmitter:
         """Emit ``operation.finished``."""
         self.seq += 1
         ts = self._clock.now()
-        if not (OPERATION_EVENTS_PREVALIDATED and isinstance(ts, datetime)):
+        if not (self._prevalidated and isinstance(ts, datetime)):
             self._queue_event(
                 OperationFinished(
                     seq=self.seq,
@@ -166,22 +166,16 @@ class EventEmitter:
                 )
             )
             return
-        values = {
-            "seq": self.seq,
-            "ts": ts,
-            "run_id": self._run_id,
-            "chat_id": self._chat_id,
-            "user_message_id": self._user_message_id,
-            "trigger": self._trigger,
-            "type": "operation.finished",
-            "hook": hook,
-            "operation_id": operation_id,
-            "operation_name": operation_name,
-            "status": status,
-            "skipped_reason": skipped_reason,
-            "error": error,
-            "duration_ms": duration_ms,
-        }
+        values = self._finished.copy()
+        values["seq"] = self.seq
+        values["ts"] = ts
+        values["hook"] = hook
+        values["operation_id"] = operation_id
+        values["operation_name"] = operation_name
+        values["status"] = status
+        values["skipped_reason"] = skipped_reason
+        values["error"] = error
+        values["duration_ms"] = duration_ms
         self._queue_event(prevalidated(OperationFinished, values, _FINISHED_SET))
 
     async def pump(self) -> None:

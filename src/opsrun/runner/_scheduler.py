@@ -22,18 +22,20 @@ from ..model import (
     ArtifactWrite,
     ChatMessage,
     Hook,
+    MainLlmCall,
     OperationConfig,
     OperationDefinition,
     OperationError,
     OperationResult,
     OperationRun,
     OperationStatus,
+    PromptMessage,
     SkippedReason,
     Trigger,
 )
 from ..model._effects import ASSISTANT_SIDE_EFFECTS
 from ._commit import next_artifact
-from ._context import OperationContext
+from ._context import operation_context
 from ._events import prevalidated
 from ._executor import InProcessExecutor
 from ._operation import Operation
@@ -66,7 +68,7 @@ _RECORD_FIELDS = (
 )
 """The fields :meth:`OpExec.record` fills, in ``OperationRun`` field order."""
 
-_RECORD_SET = frozenset(_RECORD_FIELDS)
+_RECORD_SET = set(_RECORD_FIELDS)
 
 RECORDS_PREVALIDATED = tuple(OperationRun.model_fields) == _RECORD_FIELDS
 """Whether records can skip validation: only while they fill every field, in order."""
@@ -194,6 +196,10 @@ class _HookView:
     base: dict[str, Artifact]
     shared: Mapping[str, Artifact]
     """Read-only ``base``, handed to every operation without dependencies."""
+    prompt: tuple[PromptMessage, ...] | None
+    """The draft prompt (before_main_llm only)."""
+    main_llm: MainLlmCall | None
+    """The main LLM result (after_main_llm only)."""
     time: Callable[[], float]
     """The event loop's clock (see :func:`loop_clock`)."""
     inline: InProcessExecutor | None
@@ -223,6 +229,8 @@ async def run_hook(state: _RunState, hook: Hook) -> None:
         history=state.context_history(hook),
         base=base,
         shared=MappingProxyType(base),
+        prompt=state.draft_prompt if hook == Hook.BEFORE_MAIN_LLM else None,
+        main_llm=state.main_llm if hook == Hook.AFTER_MAIN_LLM else None,
         time=loop_clock(),
         # Exactly this class: a subclass may change what execute() does.
         inline=executor if type(executor) is InProcessExecutor else None,
@@ -239,14 +247,11 @@ async def run_hook(state: _RunState, hook: Hook) -> None:
 
 async def _run_one(state: _RunState, e: OpExec, by_id: dict[str, OpExec], view: _HookView) -> None:
     try:
-        if e.config.depends_on and not await _dependencies_done(state, e, by_id):
-            state.announce_finished(e)
-            return
-        if state.abort_reason is not None:
-            e.end(OperationStatus.ABORTED)
-            state.announce_finished(e)
-            return
-        await _execute(state, e, by_id, view)
+        if not e.config.depends_on or await _dependencies_done(state, e, by_id):
+            if state.abort_reason is not None:
+                e.end(OperationStatus.ABORTED)
+            else:
+                await _execute(state, e, by_id, view)
         state.announce_finished(e)
     finally:
         if e.finished is not None:
@@ -283,19 +288,19 @@ async def _execute(state: _RunState, e: OpExec, by_id: dict[str, OpExec], view: 
     t0 = view.time()
     state.emitter.operation_started(hook, e.definition.operation_id, e.definition.name)
     timeout = config.timeout_ms / 1000 if config.timeout_ms else None
-    ctx = OperationContext(
-        run=state.meta,
-        hook=hook,
-        definition=e.definition,
-        config=config,
-        params=e.params,
-        history=view.history,
-        artifacts=_visible_artifacts(state, e, by_id, view) if config.depends_on else view.shared,
-        prompt=state.draft_prompt if hook == Hook.BEFORE_MAIN_LLM else None,
-        main_llm=state.main_llm if hook == Hook.AFTER_MAIN_LLM else None,
-        deadline=None if timeout is None else t0 + timeout,
-        abort=state.abort,
-        write_tag=e.write_tag,
+    ctx = operation_context(
+        state.meta,
+        hook,
+        e.definition,
+        config,
+        e.params,
+        view.history,
+        _visible_artifacts(state, e, by_id, view) if config.depends_on else view.shared,
+        view.prompt,
+        view.main_llm,
+        None if timeout is None else t0 + timeout,
+        state.abort,
+        e.write_tag,
     )
     result: OperationResult | None = None
     failure: OperationError | None = None
