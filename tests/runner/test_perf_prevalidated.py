@@ -25,7 +25,14 @@ from opsrun.model import (
     SkippedReason,
     Trigger,
 )
-from opsrun.runner import AbortSignal, OperationCatalog, OperationContext, RunMeta
+from opsrun.runner import (
+    AbortSignal,
+    InProcessExecutor,
+    Operation,
+    OperationCatalog,
+    OperationContext,
+    RunMeta,
+)
 from opsrun.runner._context import CONTEXT_FIELDS_SET_DIRECTLY, operation_context
 from opsrun.runner._events import OPERATION_EVENTS_PREVALIDATED
 from opsrun.runner._scheduler import RECORDS_PREVALIDATED, OpExec, loop_clock
@@ -233,3 +240,30 @@ def test_operation_context_equals_the_dataclass_constructor() -> None:
     assert repr(fast) == repr(slow)
     with pytest.raises(AttributeError):
         fast.hook = B  # type: ignore[misc]  # frozen
+
+
+@pytest.mark.anyio
+async def test_a_replaced_execute_of_the_in_process_executor_still_sees_every_operation() -> None:
+    stores = InMemoryStores()
+    catalog = OperationCatalog()
+
+    @catalog.function("a", name="A")
+    async def a(ctx: OperationContext) -> OperationResult:
+        return OperationResult.done()
+
+    catalog.function("b", name="B")(a)
+    await use_profile(stores, op("a"), op("b", A))
+    executor = InProcessExecutor()
+    seen: list[str] = []
+    original = executor.execute
+
+    async def spy(operation: Operation, ctx: OperationContext) -> OperationResult:
+        seen.append(ctx.operation_id)
+        return await original(operation, ctx)
+
+    executor.execute = spy  # type: ignore[method-assign]  # a spy on one instance
+    result = await make_runner(stores, catalog, ScriptedMainLlm(), executor=executor).run(
+        generate()
+    )
+    assert result.status == "done"
+    assert seen == ["a", "b"]

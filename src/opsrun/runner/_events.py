@@ -53,6 +53,7 @@ _HEAD = ("seq", "ts", "run_id", "chat_id", "user_message_id", "trigger", "type")
 _STARTED = (*_HEAD, "hook", "operation_id", "operation_name")
 _FINISHED = (*_STARTED, "status", "skipped_reason", "error", "duration_ms")
 _RUN_FIELDS = set(_HEAD) - {"seq", "ts", "type"}
+"""The fields every event copies from the run (the emitter's ``base``)."""
 _STARTED_SET = set(_STARTED) - {"type"}
 _FINISHED_SET = set(_FINISHED) - {"type"}
 """The fields the validating constructor would be given (``type`` keeps its default)."""

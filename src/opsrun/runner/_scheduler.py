@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import anyio
 
@@ -188,6 +188,15 @@ def loop_clock() -> Callable[[], float]:
     return loop.time
 
 
+def _plain_in_process(executor: object) -> TypeGuard[InProcessExecutor]:
+    """True for an ``InProcessExecutor`` whose ``execute`` is the class's own.
+
+    A subclass, or an instance with ``execute`` replaced (a test spy), may change what
+    executing means, so those always go through ``execute``.
+    """
+    return type(executor) is InProcessExecutor and "execute" not in vars(executor)
+
+
 @dataclass(frozen=True, slots=True)
 class _HookView:
     """What every operation of one hook execution reads."""
@@ -232,8 +241,7 @@ async def run_hook(state: _RunState, hook: Hook) -> None:
         prompt=state.draft_prompt if hook == Hook.BEFORE_MAIN_LLM else None,
         main_llm=state.main_llm if hook == Hook.AFTER_MAIN_LLM else None,
         time=loop_clock(),
-        # Exactly this class: a subclass may change what execute() does.
-        inline=executor if type(executor) is InProcessExecutor else None,
+        inline=executor if _plain_in_process(executor) else None,
     )
     async with anyio.create_task_group() as tg:
         # An abort cancels this scope: every task of the hook stops at its next await and
