@@ -272,7 +272,12 @@ def test_random_profiles_follow_the_reference_model(backend: str, specs: list[Sp
         roots = {s.op_id for s in hit if exp_hit[s.op_id] == OUTCOME_STATUS["abort"]}
         for s in hit:
             if s.op_id in downstream(hit, roots):
-                assert got[s.op_id] == ("aborted", None, None), s
+                # Aborted, unless a dependency had already failed on its own: then the
+                # operation may have ended on that failure before the abort reached it.
+                allowed = [("aborted", None, None)]
+                if any(got[d][0] not in ("done", "aborted") for d in s.depends_on):
+                    allowed.append(exp_hit[s.op_id])
+                assert got[s.op_id] in allowed, s
             else:  # raced with the abort: its own outcome or aborted
                 assert got[s.op_id] in (exp_hit[s.op_id], ("aborted", None, None)), s
         if aborted_in == B:
