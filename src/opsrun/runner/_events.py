@@ -115,28 +115,14 @@ class EventEmitter:
 
     def operation_started(self, hook: Hook, operation_id: str, operation_name: str) -> None:
         """Emit ``operation.started``."""
-        self.seq += 1
-        ts = self._clock.now()
-        if not (self._prevalidated and isinstance(ts, datetime)):
-            # e.g. a host clock of another type: the model validates (or converts) it
-            self._queue_event(
-                OperationStarted(
-                    seq=self.seq,
-                    ts=ts,
-                    **self._base,
-                    hook=hook,
-                    operation_id=operation_id,
-                    operation_name=operation_name,
-                )
-            )
-            return
-        values = self._started.copy()
-        values["seq"] = self.seq
-        values["ts"] = ts
-        values["hook"] = hook
-        values["operation_id"] = operation_id
-        values["operation_name"] = operation_name
-        self._queue_event(prevalidated(OperationStarted, values, _STARTED_SET))
+        self._emit_operation(
+            OperationStarted,
+            self._started,
+            _STARTED_SET,
+            hook=hook,
+            operation_id=operation_id,
+            operation_name=operation_name,
+        )
 
     def operation_finished(
         self,
@@ -149,35 +135,38 @@ class EventEmitter:
         duration_ms: float | None,
     ) -> None:
         """Emit ``operation.finished``."""
+        self._emit_operation(
+            OperationFinished,
+            self._finished,
+            _FINISHED_SET,
+            hook=hook,
+            operation_id=operation_id,
+            operation_name=operation_name,
+            status=status,
+            skipped_reason=skipped_reason,
+            error=error,
+            duration_ms=duration_ms,
+        )
+
+    def _emit_operation(
+        self,
+        event_type: type[Any],
+        template: dict[str, Any],
+        fields_set: set[str],
+        **fields: Any,
+    ) -> None:
+        """Queue an operation event, built without revalidation when that is safe."""
         self.seq += 1
         ts = self._clock.now()
         if not (self._prevalidated and isinstance(ts, datetime)):
-            self._queue_event(
-                OperationFinished(
-                    seq=self.seq,
-                    ts=ts,
-                    **self._base,
-                    hook=hook,
-                    operation_id=operation_id,
-                    operation_name=operation_name,
-                    status=status,
-                    skipped_reason=skipped_reason,
-                    error=error,
-                    duration_ms=duration_ms,
-                )
-            )
+            # e.g. a host clock of another type: the model validates (or converts) it
+            self._queue_event(event_type(seq=self.seq, ts=ts, **self._base, **fields))
             return
-        values = self._finished.copy()
+        values = template.copy()
         values["seq"] = self.seq
         values["ts"] = ts
-        values["hook"] = hook
-        values["operation_id"] = operation_id
-        values["operation_name"] = operation_name
-        values["status"] = status
-        values["skipped_reason"] = skipped_reason
-        values["error"] = error
-        values["duration_ms"] = duration_ms
-        self._queue_event(prevalidated(OperationFinished, values, _FINISHED_SET))
+        values.update(fields)
+        self._queue_event(prevalidated(event_type, values, fields_set))
 
     async def pump(self) -> None:
         """Deliver queued events until :meth:`close`; run this in the run's task group."""
