@@ -26,17 +26,17 @@ from unidiff.patch import PatchSet
 
 from opsrun.errors import PatchError
 
+from ._content import is_sha256_hex
+
 __all__ = [
     "apply_patch",
     "check_base_sha256",
     "decode_text",
-    "is_sha256_hex",
     "replace_range",
     "sha256_hex",
 ]
 
 _HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? ?\+(\d+)(?:,(\d+))? ?@@(.*)$")
-_SHA256_RE = re.compile(r"^[0-9a-fA-F]{64}$")
 _NO_NEWLINE = "\\ No newline at end of file"
 _MAX_SHOWN = 200
 
@@ -60,11 +60,6 @@ def sha256_hex(data: bytes | str) -> str:
     if isinstance(data, str):
         data = data.encode("utf-8")
     return hashlib.sha256(data).hexdigest()
-
-
-def is_sha256_hex(value: str) -> bool:
-    """Return whether ``value`` is 64 hexadecimal digits."""
-    return bool(_SHA256_RE.match(value))
 
 
 def check_base_sha256(data: bytes, base_sha256: str | None, *, path: str = "") -> None:
