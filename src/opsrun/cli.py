@@ -18,12 +18,9 @@ from typing import Any, TextIO
 from opsrun.errors import PlanError
 from opsrun.protocol import Violation, parse_plan, validate_plan
 from opsrun.protocol._apply_cli import add_apply_commands
+from opsrun.protocol._exit import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 __all__ = ["build_parser", "main"]
-
-EXIT_OK = 0
-EXIT_INVALID = 1
-EXIT_USAGE = 2
 
 
 class _UsageError(Exception):
@@ -105,7 +102,7 @@ def _plan_check(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
             stdout.write(json.dumps(result, ensure_ascii=False, indent=2) + "\n")
         else:
             stdout.write(f"error: {exc.code} {exc.message}\n")
-        return EXIT_INVALID
+        return EXIT_FAILED
     violations = validate_plan(plan, mode=args.mode, root=args.root)
     ok = not any(v.blocking for v in violations)
     result["ok"] = ok
@@ -118,7 +115,7 @@ def _plan_check(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
             stdout.write(_violation_line(v) + "\n")
         status = "valid" if ok else "invalid"
         stdout.write(f"{status}: {len(plan.actions)} actions, {len(violations)} findings\n")
-    return EXIT_OK if ok else EXIT_INVALID
+    return EXIT_OK if ok else EXIT_FAILED
 
 
 def main(

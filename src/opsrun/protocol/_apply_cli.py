@@ -15,15 +15,12 @@ from typing import Any, TextIO
 from opsrun.errors import ApplyError, OpsrunError
 
 from ._apply import apply_plan
+from ._exit import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from ._journal import recover, undo
 from ._parse import parse_plan
 from ._preview import preview_plan
 
 __all__ = ["add_apply_commands"]
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
 
 
 def add_apply_commands(plan_subparsers: Any) -> None:
