@@ -1,9 +1,12 @@
-"""``opsrun plan check``: exit codes and output."""
+"""``opsrun plan check`` and ``opsrun --version``: exit codes and output."""
 
 from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -80,3 +83,33 @@ def test_usage_errors_exit_2(argv: list[str]) -> None:
     code, _, err = run(argv)
     assert code == 2
     assert err
+
+
+def test_version_through_main() -> None:
+    code, out, err = run(["--version"])
+    assert code == 0
+    assert out == f"opsrun {metadata.version('opsrun')}\n"
+    assert err == ""
+
+
+def test_version_wins_over_a_missing_command() -> None:
+    assert run(["--version", "plan"])[:2] == (0, f"opsrun {metadata.version('opsrun')}\n")
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_plan_check_version_is_still_the_protocol_version(answer: Path, version: int) -> None:
+    code, out, _ = run(["plan", "check", str(answer), "--json", "--version", str(version)])
+    assert code == 0
+    assert json.loads(out)["version"] == version
+
+
+def test_version_in_a_real_process() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "opsrun.cli", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"opsrun {metadata.version('opsrun')}\n"

@@ -1,5 +1,7 @@
 """The ``opsrun`` command line.
 
+``opsrun --version`` prints ``opsrun <version>``.
+
 ``opsrun plan check FILE`` parses and validates an LLM plan answer. Exit codes:
 0 when the plan is valid (warnings allowed), 1 when it has violations or does
 not parse, 2 for usage errors (bad arguments, unreadable file).
@@ -13,6 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
+from importlib import metadata
 from typing import Any, TextIO
 
 from opsrun.errors import PlanError
@@ -25,6 +29,33 @@ __all__ = ["build_parser", "main"]
 
 class _UsageError(Exception):
     pass
+
+
+class _VersionRequested(Exception):
+    pass
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: stop parsing so that :func:`main` prints the version to its stdout."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        raise _VersionRequested
+
+
+def _version() -> str:
+    try:
+        return metadata.version("opsrun")
+    except metadata.PackageNotFoundError:  # pragma: no cover - running from a bare source tree
+        return "unknown"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -41,6 +72,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, Any]:
     ``plan`` sub-commands can be added to it.
     """
     parser = _Parser(prog="opsrun", description="opsrun command line tools.")
+    parser.add_argument(
+        "--version", action=_VersionAction, help="Print the opsrun version and exit."
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
     plan = commands.add_parser("plan", help="Work with LLM edit plans.")
@@ -125,18 +159,21 @@ def main(
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
 ) -> int:
-    """Run the ``opsrun`` command and return its exit code (0 ok, 1 invalid, 2 usage)."""
+    """Run the ``opsrun`` command and return its exit code (0 ok, 1 failed, 2 usage)."""
     out = stdout or sys.stdout
     err = stderr or sys.stderr
     parser, _ = build_parser()
     try:
         args = parser.parse_args(argv)
         code: int = args.handler(args, stdin or sys.stdin, out)
+    except _VersionRequested:
+        out.write(f"opsrun {_version()}\n")
+        return EXIT_OK
     except _UsageError as exc:
         err.write(parser.format_usage() if "required" in str(exc) else "")
         err.write(f"{exc}\n")
         return EXIT_USAGE
-    except SystemExit as exc:  # --help and --version from argparse
+    except SystemExit as exc:  # --help from argparse
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     return code
 
