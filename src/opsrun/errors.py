@@ -47,9 +47,12 @@ __all__ = [
     "StoreError",
     "TemplateError",
     "bound_details",
+    "bound_text",
 ]
 
 _MAX_DETAIL_STR = 1024
+MAX_TEXT_CHARS = _MAX_DETAIL_STR
+"""Characters kept of one recorded message or preview (error messages, raw replies)."""
 _MAX_DETAIL_ITEMS = 50
 _MAX_DETAIL_DEPTH = 4
 
@@ -76,6 +79,11 @@ def _bound(value: Any, depth: int) -> Any:
             bounded.append(f"…+{len(seq) - _MAX_DETAIL_ITEMS} more")
         return bounded
     return _bound(repr(value), depth)
+
+
+def bound_text(text: str, limit: int = MAX_TEXT_CHARS) -> str:
+    """``text`` cut to ``limit`` characters: error messages and previews a run records."""
+    return text[:limit]
 
 
 def bound_details(details: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -34,7 +34,6 @@ __all__ = [
     "Clock",
     "CredentialResolver",
     "EventSink",
-    "FinishReason",
     "IdFactory",
     "LlmProvider",
     "LlmRequest",
@@ -44,11 +43,13 @@ __all__ = [
     "MainLlmRequest",
     "ProfileStore",
     "ProviderCapabilities",
+    "ProviderFinishReason",
     "ProviderLookup",
     "ProviderMessage",
     "ResponseFormat",
     "RunStore",
     "SessionStore",
+    "Stores",
     "StructuredOutput",
 ]
 
@@ -65,7 +66,7 @@ class ProfileStore(Protocol):
         ...
 
     async def save_profile(self, profile: OperationProfile) -> None:
-        """Insert or replace the profile (validate it first with ``ensure_valid_profile``)."""
+        """Insert or replace the profile (check it first with ``catalog.ensure_valid``)."""
         ...
 
 
@@ -103,9 +104,9 @@ class SessionStore(Protocol):
 class ArtifactArchive(Protocol):
     """Keeps artifact versions that a retention policy prunes from ``history``.
 
-    Seed 004 asks that nothing older than a window disappears without a trace. The
-    runner hands the pruned versions here *before* it stores the write that prunes
-    them, so a failed archive never loses a version.
+    Nothing older than a retention window disappears without a trace: the runner hands
+    the pruned versions here *before* it stores the write that prunes them, so a failed
+    archive never loses a version.
     """
 
     async def archive(
@@ -181,6 +182,38 @@ class RunStore(Protocol):
         ...
 
 
+class Stores(Protocol):
+    """Every store a runner uses, as one bundle (``InMemoryStores`` is one).
+
+    ``archive`` may be None: pruned artifact versions are then dropped.
+    """
+
+    @property
+    def profiles(self) -> ProfileStore:
+        """Operation profiles."""
+        ...
+
+    @property
+    def sessions(self) -> SessionStore:
+        """Profile sessions and their persisted artifacts."""
+        ...
+
+    @property
+    def chats(self) -> ChatStore:
+        """Chat messages."""
+        ...
+
+    @property
+    def runs(self) -> RunStore:
+        """Runs, operation runs and events."""
+        ...
+
+    @property
+    def archive(self) -> ArtifactArchive | None:
+        """Receives artifact versions that retention prunes."""
+        ...
+
+
 class EventSink(Protocol):
     """Receives run events as they happen, in ``seq`` order per run."""
 
@@ -203,6 +236,38 @@ class IdFactory(Protocol):
     def new_id(self, kind: str) -> str:
         """Return a new unique id; ``kind`` (``run``, ``msg``, ``var``…) may prefix it."""
         ...
+
+
+# --- LLM ports: what both the main LLM and aux providers share ----------------------------
+
+StructuredOutput: TypeAlias = Literal["json_schema_strict", "json_schema", "json_object", "none"]
+"""How much structured output a provider enforces, strongest first.
+
+``json_schema_strict``: the reply is guaranteed to match a JSON Schema; ``json_schema``:
+the schema is a strong hint; ``json_object``: the reply is some JSON value; ``none``:
+plain text only (JSON is asked for in the prompt).
+"""
+
+STRUCTURED_OUTPUT_LEVELS: tuple[StructuredOutput, ...] = (
+    "json_schema_strict",
+    "json_schema",
+    "json_object",
+    "none",
+)
+"""Every :data:`StructuredOutput` level, strongest first (a rejected level steps to the next)."""
+
+ProviderFinishReason: TypeAlias = Literal["stop", "length", "content_filter", "error"]
+"""Why a provider's completion ended, normalised over providers (both LLM ports)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderCapabilities:
+    """What a provider accepts; callers shape their requests by it."""
+
+    structured_output: StructuredOutput = "none"
+    """The strongest response format the provider honours."""
+    developer_role: bool = False
+    """True when it accepts ``developer`` messages (else they are sent as ``system``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,8 +306,10 @@ class MainLlmDone:
 
     text: str
     """The complete text."""
-    finish_reason: str = "stop"
-    """The provider's finish reason (``stop``, ``length``, ``content_filter``…)."""
+    finish_reason: ProviderFinishReason = "stop"
+    """Normalised finish reason."""
+    raw_finish_reason: str | None = None
+    """The provider's own value, when it differs (``end_turn``, ``max_tokens``…)."""
     usage: Usage | None = None
     """Token usage, when known."""
 
@@ -251,8 +318,9 @@ class MainLlm(Protocol):
     """The chat's main generation: one streaming call per run."""
 
     @property
-    def supports_developer_role(self) -> bool:
-        """True when the provider accepts ``developer`` messages; else they go as ``system``."""
+    def capabilities(self) -> ProviderCapabilities:
+        """What the provider accepts: ``developer_role`` False sends developer messages as
+        ``system``."""
         ...
 
     def stream(self, request: MainLlmRequest) -> AsyncIterator[str | MainLlmDone]:
@@ -267,35 +335,6 @@ class MainLlm(Protocol):
 
 
 # --- aux LLM providers (kind="llm") --------------------------------------------------------
-
-StructuredOutput: TypeAlias = Literal["json_schema_strict", "json_schema", "json_object", "none"]
-"""How much structured output a provider enforces, strongest first.
-
-``json_schema_strict``: the reply is guaranteed to match a JSON Schema; ``json_schema``:
-the schema is a strong hint; ``json_object``: the reply is some JSON value; ``none``:
-plain text only (JSON is asked for in the prompt).
-"""
-
-STRUCTURED_OUTPUT_LEVELS: tuple[StructuredOutput, ...] = (
-    "json_schema_strict",
-    "json_schema",
-    "json_object",
-    "none",
-)
-"""Every :data:`StructuredOutput` level, strongest first (a rejected level steps to the next)."""
-
-FinishReason: TypeAlias = Literal["stop", "length", "content_filter", "error"]
-"""Why a completion ended, normalised over providers."""
-
-
-@dataclass(frozen=True, slots=True)
-class ProviderCapabilities:
-    """What a provider accepts; callers shape their requests by it."""
-
-    structured_output: StructuredOutput = "none"
-    """The strongest response format the provider honours."""
-    developer_role: bool = False
-    """True when it accepts ``developer`` messages (else they are sent as ``system``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,7 +381,7 @@ class LlmResponse:
 
     text: str
     """The reply text."""
-    finish_reason: FinishReason = "stop"
+    finish_reason: ProviderFinishReason = "stop"
     """Normalised finish reason."""
     raw_finish_reason: str | None = None
     """The provider's own value, when it differs (``end_turn``, ``max_tokens``…)."""

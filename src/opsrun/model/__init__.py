@@ -1,6 +1,6 @@
 """The vocabulary of opsrun as pydantic v2 models: no I/O, no concurrency.
 
-JSON uses the seeds' camelCase names (``operationId``, ``dependsOn``,
+JSON uses camelCase names (``operationId``, ``dependsOn``,
 ``basedOnVersion``); Python attributes are snake_case; both are accepted on input.
 """
 
@@ -92,8 +92,8 @@ from ._params import RetryPolicy as RetryPolicy
 from ._params import Samplers as Samplers
 from ._params import SystemUpdateTarget as SystemUpdateTarget
 from ._params import TemplateParams as TemplateParams
-from ._prompt import Action as Action
 from ._prompt import AugmentationStorage as AugmentationStorage
+from ._prompt import InclusionAction as InclusionAction
 from ._prompt import InclusionRecord as InclusionRecord
 from ._prompt import Phase as Phase
 from ._prompt import PromptSnapshot as PromptSnapshot
@@ -116,7 +116,6 @@ def profile_json_schema() -> dict[str, Any]:
 
 
 __all__ = [
-    "Action",
     "AfterLastUser",
     "AfterMessageId",
     "Anchor",
@@ -144,6 +143,7 @@ __all__ = [
     "FailedType",
     "FinishReason",
     "Hook",
+    "InclusionAction",
     "InclusionRecord",
     "InsertAtDepth",
     "InsertAtDepthTarget",

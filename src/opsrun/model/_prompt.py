@@ -14,7 +14,7 @@ from ._enums import DomainRole
 Phase: TypeAlias = Literal["system", "early", "near_anchor", "after_last_user", "tail"]
 """An inclusion phase; phases are the first key of the inclusion ordering."""
 
-Action: TypeAlias = Literal["insert", "replace", "wrap", "merge_section"]
+InclusionAction: TypeAlias = Literal["insert", "replace", "wrap", "merge_section"]
 """What an inclusion does at its place."""
 
 
@@ -47,7 +47,7 @@ class InclusionRecord(Model):
     """Its phase, once expanded."""
     priority: int | None = None
     """Its priority, once expanded."""
-    action: Action | None = None
+    action: InclusionAction | None = None
     """What it did."""
     where: str | None = None
     """``system:start``, ``system:end``, ``system:replace``, ``system:wrap``,

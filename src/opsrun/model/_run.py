@@ -1,10 +1,11 @@
-"""Runs, operation runs and what a run returns (seed 003 ``30-run``)."""
+"""Runs, operation runs and what a run returns."""
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal, TypeAlias
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from ._base import JsonObject, Model
 from ._effects import OperationError
@@ -19,7 +20,11 @@ from ._enums import (
     SkippedReason,
     Trigger,
 )
+from ._operation import OperationProfileSessionKey
 from ._prompt import PromptSnapshot
+
+TriggerName: TypeAlias = Literal["generate", "regenerate"]
+"""The values of :class:`Trigger` as plain strings (what a host usually has at hand)."""
 
 
 class RunRequest(Model):
@@ -32,8 +37,9 @@ class RunRequest(Model):
     ``(chatId, assistantVariantId)`` for regenerate.
     """
 
-    trigger: Trigger
-    """``generate`` or ``regenerate``."""
+    trigger: Trigger | TriggerName
+    """``generate`` or ``regenerate`` (a :class:`Trigger` or its string; stored as a
+    :class:`Trigger`)."""
     chat_id: str = Field(min_length=1)
     """The chat."""
     branch_id: str = Field(default="main", min_length=1)
@@ -57,6 +63,11 @@ class RunRequest(Model):
     main_llm_params: JsonObject = Field(default_factory=dict)
     """Generation settings the host chose (provider, model, temperature…): passed to the
     main LLM as ``MainLlmRequest.params`` and recorded, redacted, in the run."""
+
+    @field_validator("trigger", mode="after")
+    @classmethod
+    def _as_trigger(cls, value: Trigger | TriggerName) -> Trigger:
+        return Trigger(value)
 
     @model_validator(mode="after")
     def _turn_inputs(self) -> RunRequest:
@@ -258,6 +269,18 @@ class Run(Model):
     """Committed effects in commit order."""
     artifacts_at_start: tuple[ArtifactRef, ...] = ()
     """The persisted artifacts of the session when the run started, sorted by tag."""
+
+    @property
+    def session_key(self) -> OperationProfileSessionKey | None:
+        """The profile session the run used; None for a run without a profile."""
+        if self.profile_ref is None or self.operation_profile_session_id is None:
+            return None
+        return OperationProfileSessionKey(
+            chat_id=self.chat_id,
+            branch_id=self.branch_id,
+            profile_ref=self.profile_ref,
+            operation_profile_session_id=self.operation_profile_session_id,
+        )
 
 
 class RunResult(Model):

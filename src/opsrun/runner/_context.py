@@ -1,304 +1,89 @@
-"""What an operation sees while it executes (seed 003 §4.3), and the abort signal."""
+"""What every part of the engine reads about one run, and how an abort reaches it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import anyio
 
-from ..model import (
-    Artifact,
-    ArtifactWrite,
-    ChatMessage,
-    Hook,
-    JsonValue,
-    MainLlmCall,
-    OperationConfig,
-    OperationDefinition,
-    OperationProfileSessionKey,
-    PromptMessage,
-    Trigger,
-    WriteArtifactSpec,
-)
+from .._redact import Redactor
+from ..model import OperationProfileSessionKey, RunRequest
+from ..operations import AbortSignal, RunMeta
+from ..ports import ArtifactArchive, ChatStore, Clock, IdFactory, MainLlm, SessionStore
+from ..prompt import HistoryWindow, SnapshotPolicy
+from ._executor import Executor
 
-__all__ = ["AbortSignal", "OperationContext", "RunMeta"]
+__all__ = ["Cancellation", "RunContext"]
 
 
-class AbortSignal:
-    """Lets the caller abort a run: ``signal.abort()`` from any task of the same event loop.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunContext:
+    """The read-only facts and ports of one run, shared by the engine's collaborators."""
 
-    From another thread, use ``anyio.from_thread.run_sync(signal.abort)``. Aborting twice
-    keeps the first reason.
-    """
-
-    __slots__ = ("_callbacks", "_reason")
-
-    def __init__(self) -> None:
-        self._reason: str | None = None
-        self._callbacks: list[Callable[[str], None]] = []
-
-    @property
-    def aborted(self) -> bool:
-        """True once :meth:`abort` was called."""
-        return self._reason is not None
-
-    @property
-    def reason(self) -> str | None:
-        """``user_abort``, ``deadline`` or the reason given; None while not aborted."""
-        return self._reason
-
-    def abort(self, reason: str = "user_abort") -> None:
-        """Abort: running operations and the main LLM end ``aborted``, the run ``aborted``."""
-        if self._reason is not None:
-            return
-        self._reason = reason
-        for callback in list(self._callbacks):
-            callback(reason)
-
-    def subscribe(self, callback: Callable[[str], None]) -> Callable[[], None]:
-        """Call ``callback(reason)`` on abort (at once if already aborted); return an undo."""
-        if self._reason is not None:
-            callback(self._reason)
-        self._callbacks.append(callback)
-        # The undo lets go of the callback once used: a subscriber that keeps its undo
-        # (as a run does) would otherwise form a reference cycle with its own callback,
-        # and everything it holds would wait for the garbage collector.
-        held = [callback]
-
-        def unsubscribe() -> None:
-            if held:
-                subscribed = held.pop()
-                if subscribed in self._callbacks:
-                    self._callbacks.remove(subscribed)
-
-        return unsubscribe
-
-
-@dataclass(frozen=True, slots=True)
-class RunMeta:
-    """Identity of the run an operation executes in."""
-
-    run_id: str
-    """The run."""
-    trigger: Trigger
-    """generate or regenerate."""
-    chat_id: str
-    """The chat."""
-    branch_id: str
-    """The branch."""
-    user_message_id: str
-    """The turn (its user message id)."""
-    profile_id: str | None
-    """The profile, if any."""
+    request: RunRequest
+    meta: RunMeta
+    abort: AbortSignal
+    """The run's own abort signal (operations see it as ``ctx.abort``)."""
     session_key: OperationProfileSessionKey | None
-    """The profile session, if any."""
-    assistant_message_id: str | None = None
-    """The assistant message of the turn, once it exists."""
-    assistant_variant_id: str | None = None
-    """The assistant variant this run creates."""
-
-    def as_dict(self) -> dict[str, Any]:
-        """The meta as JSON-ready camelCase data (``run`` in templates)."""
-        return {
-            "runId": self.run_id,
-            "trigger": self.trigger.value,
-            "chatId": self.chat_id,
-            "branchId": self.branch_id,
-            "userMessageId": self.user_message_id,
-            "turnId": self.user_message_id,
-            "profileId": self.profile_id,
-            "assistantMessageId": self.assistant_message_id,
-            "assistantVariantId": self.assistant_variant_id,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class OperationContext:
-    """The read-only world of one operation execution.
-
-    ``artifacts`` holds the session's persisted artifacts, run-only artifacts committed
-    earlier in the run, and the staged artifacts of the operation's transitive
-    dependencies (which win). In ``before_main_llm`` ``prompt`` is the draft effective
-    prompt; in ``after_main_llm`` ``main_llm`` is the main LLM's result.
-    """
-
-    run: RunMeta
-    """Run identity."""
-    hook: Hook
-    """The hook this execution belongs to."""
-    definition: OperationDefinition
-    """The operation's definition."""
-    config: OperationConfig
-    """Its configuration in the profile."""
-    params: Any
-    """``config.params`` validated by the operation's params model (or the raw dict)."""
-    history: tuple[ChatMessage, ...]
-    """The chat history of the branch up to and including the turn's user message."""
-    artifacts: Mapping[str, Artifact]
-    """Readable artifacts by tag."""
-    prompt: tuple[PromptMessage, ...] | None = None
-    """Draft effective prompt (before_main_llm only)."""
-    main_llm: MainLlmCall | None = None
-    """The main LLM result (after_main_llm only)."""
-    deadline: float | None = None
-    """``anyio.current_time()`` value after which the operation is cut off, if any."""
-    abort: AbortSignal = field(default_factory=AbortSignal)
-    """The run's abort signal; cancellation also reaches ``await`` points directly."""
-    write_tag: str | None = None
-    """The artifact tag this operation declared (the only one it may write)."""
+    started_at: datetime
+    profile_rank: Mapping[str, int]
+    """Rank of each operation in profile order (``order``, then position)."""
+    chats: ChatStore
+    sessions: SessionStore
+    archive: ArtifactArchive | None
+    main_llm: MainLlm
+    executor: Executor
+    clock: Clock
+    ids: IdFactory
+    redactor: Redactor
+    summarize: Callable[[dict[str, Any]], dict[str, Any]]
+    window: HistoryWindow | None
+    snapshot: SnapshotPolicy
 
     @property
-    def operation_id(self) -> str:
-        """The operation's id."""
-        return self.definition.operation_id
+    def run_id(self) -> str:
+        """The run."""
+        return self.meta.run_id
+
+
+class Cancellation:
+    """The run's abort: its first reason, and the cancel scopes an abort cancels.
+
+    Only the run's own abort (the caller's :class:`AbortSignal`, ``Runner.abort`` or the
+    deadline) cancels operations and the main LLM: their scopes register here.
+    """
+
+    __slots__ = ("_scopes", "_unsubscribe", "reason")
+
+    def __init__(self, signal: AbortSignal) -> None:
+        self.reason: str | None = None
+        self._scopes: set[anyio.CancelScope] = set()
+        self._unsubscribe = signal.subscribe(self._on_abort)
 
     @property
     def aborted(self) -> bool:
-        """True once the run was aborted; blocking operations should poll it."""
-        return self.abort.aborted
+        """True once the run was aborted."""
+        return self.reason is not None
 
-    def remaining(self) -> float | None:
-        """Seconds left before the deadline, or None without one."""
-        if self.deadline is None:
-            return None
-        return max(0.0, self.deadline - anyio.current_time())
+    def _on_abort(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+        for scope in list(self._scopes):
+            scope.cancel()
 
-    def art(self, tag: str) -> Artifact | None:
-        """Return ``art.<tag>`` if readable, else None."""
-        return self.artifacts.get(tag)
+    def watch(self, scope: anyio.CancelScope) -> None:
+        """Cancel ``scope`` on abort (at once when already aborted)."""
+        self._scopes.add(scope)
+        if self.reason is not None:
+            scope.cancel()
 
-    def art_value(self, tag: str, default: JsonValue = None) -> JsonValue:
-        """Return ``art.<tag>.value``, or ``default`` when absent."""
-        artifact = self.artifacts.get(tag)
-        return default if artifact is None else artifact.value
+    def unwatch(self, scope: anyio.CancelScope) -> None:
+        """Stop watching ``scope``."""
+        self._scopes.discard(scope)
 
-    def template_context(self) -> dict[str, Any]:
-        """The Liquid render context: ``art``, ``chatHistory`` and ``run``."""
-        return {
-            "art": {tag: a.view() for tag, a in self.artifacts.items()},
-            "chatHistory": [
-                {"role": m.role.value, "content": m.prompt_text, "id": m.message_id}
-                for m in self.history
-            ],
-            "run": {**self.run.as_dict(), "hook": self.hook.value},
-            "mainLlm": None
-            if self.main_llm is None
-            else {"text": self.main_llm.text, "status": self.main_llm.status},
-        }
-
-    def write(self, value: JsonValue, **fields: Any) -> ArtifactWrite:
-        """Build the artifact write for the declared tag, based on the version read.
-
-        Defaults come from the operation's ``writeArtifact`` params when it has them
-        (persisted, usage, semantics, format, retention, promptInclusion,
-        uiPresentation); keyword arguments (snake_case ``ArtifactWrite`` fields) win.
-
-        Raises:
-            ValueError: if the operation declared no write tag.
-            pydantic.ValidationError: if a field does not fit ``ArtifactWrite``.
-        """
-        if self.write_tag is None:
-            raise ValueError(f"{self.operation_id!r} declared no artifact tag to write")
-        current = self.artifacts.get(self.write_tag)
-        merged = {**self._write_defaults(), **fields}
-        merged.setdefault("based_on_version", None if current is None else current.version)
-        return ArtifactWrite(tag=self.write_tag, value=value, **merged)
-
-    def _write_defaults(self) -> dict[str, Any]:
-        spec = getattr(self.params, "write_artifact", None)
-        if spec is None and isinstance(self.params, Mapping):
-            raw = self.params.get("writeArtifact")
-            spec = WriteArtifactSpec.model_validate(raw) if isinstance(raw, Mapping) else None
-        if not isinstance(spec, WriteArtifactSpec):
-            return {}
-        return {name: value for name, value in spec if name != "tag" and value is not None}
-
-
-def _slot_setter(name: str) -> Callable[[OperationContext, Any], None]:
-    setter: Callable[[OperationContext, Any], None] = getattr(OperationContext, name).__set__
-    return setter
-
-
-_CONTEXT_FIELDS = (
-    "run",
-    "hook",
-    "definition",
-    "config",
-    "params",
-    "history",
-    "artifacts",
-    "prompt",
-    "main_llm",
-    "deadline",
-    "abort",
-    "write_tag",
-)
-CONTEXT_FIELDS_SET_DIRECTLY = tuple(f.name for f in fields(OperationContext)) == _CONTEXT_FIELDS
-"""Whether :func:`operation_context` may set the slots itself: only while these are all."""
-
-(
-    _set_run,
-    _set_hook,
-    _set_definition,
-    _set_config,
-    _set_params,
-    _set_history,
-    _set_artifacts,
-    _set_prompt,
-    _set_main_llm,
-    _set_deadline,
-    _set_abort,
-    _set_write_tag,
-) = map(_slot_setter, _CONTEXT_FIELDS)
-
-
-def operation_context(
-    run: RunMeta,
-    hook: Hook,
-    definition: OperationDefinition,
-    config: OperationConfig,
-    params: Any,
-    history: tuple[ChatMessage, ...],
-    artifacts: Mapping[str, Artifact],
-    prompt: tuple[PromptMessage, ...] | None,
-    main_llm: MainLlmCall | None,
-    deadline: float | None,
-    abort: AbortSignal,
-    write_tag: str | None,
-) -> OperationContext:
-    """``OperationContext(...)`` with every field given; the runner makes one per execution.
-
-    The frozen dataclass's ``__init__`` goes through ``object.__setattr__`` once per
-    field; setting the slots directly gives the same object in about half the time.
-    """
-    if not CONTEXT_FIELDS_SET_DIRECTLY:
-        return OperationContext(
-            run=run,
-            hook=hook,
-            definition=definition,
-            config=config,
-            params=params,
-            history=history,
-            artifacts=artifacts,
-            prompt=prompt,
-            main_llm=main_llm,
-            deadline=deadline,
-            abort=abort,
-            write_tag=write_tag,
-        )
-    ctx = object.__new__(OperationContext)
-    _set_run(ctx, run)
-    _set_hook(ctx, hook)
-    _set_definition(ctx, definition)
-    _set_config(ctx, config)
-    _set_params(ctx, params)
-    _set_history(ctx, history)
-    _set_artifacts(ctx, artifacts)
-    _set_prompt(ctx, prompt)
-    _set_main_llm(ctx, main_llm)
-    _set_deadline(ctx, deadline)
-    _set_abort(ctx, abort)
-    _set_write_tag(ctx, write_tag)
-    return ctx
+    def close(self) -> None:
+        """Stop listening to the signal (the run is over)."""
+        self._unsubscribe()

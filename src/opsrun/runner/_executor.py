@@ -9,14 +9,14 @@ look the operation up by ``ctx.definition.operation_id`` on the worker side and 
 from __future__ import annotations
 
 from collections import deque
-from typing import Protocol
+from typing import Any, Protocol
 
 import anyio
 import anyio.to_thread
 
+from .._config import require
 from ..model import OperationResult
-from ._context import OperationContext
-from ._operation import Operation, SyncOperation
+from ..operations import Operation, OperationContext, SyncOperation
 
 __all__ = ["DEFAULT_CONCURRENCY", "Executor", "InProcessExecutor", "ThreadExecutor"]
 
@@ -31,7 +31,9 @@ exists to bound fan-out in pathological profiles, not to throttle normal ones.
 class Executor(Protocol):
     """Runs one operation execution and returns its result."""
 
-    async def execute(self, operation: Operation, ctx: OperationContext) -> OperationResult:
+    async def execute(
+        self, operation: Operation[Any], ctx: OperationContext[Any]
+    ) -> OperationResult:
         """Execute ``operation`` with ``ctx``; exceptions propagate to the runner."""
         ...
 
@@ -39,14 +41,15 @@ class Executor(Protocol):
 class InProcessExecutor:
     """Runs operations as tasks of the current event loop, at most ``limit`` at once."""
 
-    def __init__(self, limit: int = DEFAULT_CONCURRENCY) -> None:
-        if limit < 1:
-            raise ValueError("limit must be at least 1")
+    def __init__(self, *, limit: int = DEFAULT_CONCURRENCY) -> None:
         self.limit = limit
+        require(self, "limit", isinstance(limit, int) and limit >= 1, "an integer >= 1")
         self._running = 0
         self._waiters: deque[anyio.Event] = deque()
 
-    async def execute(self, operation: Operation, ctx: OperationContext) -> OperationResult:
+    async def execute(
+        self, operation: Operation[Any], ctx: OperationContext[Any]
+    ) -> OperationResult:
         """Await ``operation.execute(ctx)`` inside the concurrency limit (FIFO when full)."""
         if not self._acquire_nowait():
             waiter = anyio.Event()
@@ -66,11 +69,7 @@ class InProcessExecutor:
             self._release()
 
     def _acquire_nowait(self) -> bool:
-        """Take a slot when one is free and nobody queues for it; False otherwise.
-
-        A caller that got a slot awaits the operation itself and then calls
-        :meth:`_release`, exactly as :meth:`execute` does (the scheduler's fast path).
-        """
+        """Take a slot when one is free and nobody queues for it; False otherwise."""
         if self._running >= self.limit or self._waiters:
             return False
         self._running += 1
@@ -93,14 +92,20 @@ class ThreadExecutor:
     operations should poll ``ctx.aborted``.
     """
 
-    def __init__(self, max_threads: int = 8, limit: int = DEFAULT_CONCURRENCY) -> None:
-        if max_threads < 1 or limit < 1:
-            raise ValueError("max_threads and limit must be at least 1")
+    def __init__(self, *, max_threads: int = 8, limit: int = DEFAULT_CONCURRENCY) -> None:
         self.max_threads = max_threads
-        self._inline = InProcessExecutor(limit)
+        require(
+            self,
+            "max_threads",
+            isinstance(max_threads, int) and max_threads >= 1,
+            "an integer >= 1",
+        )
+        self._inline = InProcessExecutor(limit=limit)
         self._threads: anyio.CapacityLimiter | None = None
 
-    async def execute(self, operation: Operation, ctx: OperationContext) -> OperationResult:
+    async def execute(
+        self, operation: Operation[Any], ctx: OperationContext[Any]
+    ) -> OperationResult:
         """Run sync operations in a worker thread, async ones in the loop."""
         if isinstance(operation, SyncOperation):
             if self._threads is None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
 import anyio
 
@@ -10,6 +10,7 @@ from .._redact import StreamRedactor
 from ..errors import ProviderError, ProviderTimeout, RateLimited, bound_details
 from ..model import (
     FinishReason,
+    MainLlmCall,
     MainLlmDelta,
     MainLlmFinished,
     MainLlmStarted,
@@ -17,123 +18,159 @@ from ..model import (
     OperationError,
 )
 from ..ports import MainLlmDone, MainLlmRequest
-from ._prompt import prompt_hash, to_provider_messages
-from ._scheduler import error_of
-from ._snapshot import take_snapshot
+from ..prompt import EffectivePrompt, prompt_hash, take_snapshot, to_provider_messages
+from ._context import Cancellation, RunContext
+from ._events import EventEmitter
+from ._ledger import error_of, redact_error
 
-if TYPE_CHECKING:
-    from ._runner import _RunState
+__all__ = ["call_main_llm"]
 
-__all__: list[str] = []
+_FAILURES: tuple[tuple[type[ProviderError], FinishReason], ...] = (
+    (ProviderTimeout, FinishReason.TIMEOUT),
+    (RateLimited, FinishReason.RATE_LIMITED),
+    (ProviderError, FinishReason.PROVIDER_ERROR),
+)
+"""Provider errors and the finish reason each means, most specific first."""
 
 
-async def call_main_llm(state: _RunState) -> bool:
-    """Run the main LLM once; return True when it finished ``done``."""
-    runner = state.runner
-    redactor = runner.redactor
-    prompt = state.effective_prompt()
-    messages = prompt.messages
-    provider_messages = to_provider_messages(
-        messages, supports_developer=runner.main_llm.supports_developer_role
+@dataclass(slots=True)
+class _Stream:
+    """What one streaming call produced."""
+
+    parts: list[str] = field(default_factory=list)
+    done: MainLlmDone | None = None
+    error: OperationError | None = None
+    reason: FinishReason = FinishReason.COMPLETED
+
+
+async def call_main_llm(
+    ctx: RunContext,
+    emitter: EventEmitter,
+    cancellation: Cancellation,
+    prompt: EffectivePrompt,
+) -> MainLlmCall:
+    """Send ``prompt`` to the main LLM once and return the recorded call."""
+    call, request = _prepare(ctx, prompt)
+    emitter.emit(MainLlmStarted)
+    stream = await _stream(ctx, emitter, cancellation, request)
+    status, reason, error = _outcome(stream, cancellation)
+    done = stream.done
+    if error is not None:
+        error = redact_error(ctx.redactor, error)
+    call = call.model_copy(
+        update={
+            "status": status,
+            "finish_reason": reason,
+            "provider_finish_reason": _provider_reason(done),
+            "error": error,
+            "text": done.text if done is not None else "".join(stream.parts),
+            "usage": done.usage if done else None,
+            "finished_at": ctx.clock.now(),
+        }
     )
-    state.prompt_messages = messages
+    emitter.emit(MainLlmFinished, status=status, finish_reason=reason, error=error)
+    return call
+
+
+def _prepare(ctx: RunContext, prompt: EffectivePrompt) -> tuple[MainLlmCall, MainLlmRequest]:
+    """The started call record (hash, snapshot, params) and the request to send."""
+    messages = prompt.messages
+    developer = ctx.main_llm.capabilities.developer_role
+    provider_messages = to_provider_messages(messages, supports_developer=developer)
     digest = prompt_hash(provider_messages)
     snapshot = take_snapshot(
         messages,
         provider_messages,
         prompt_hash=digest,
-        policy=runner.snapshot,
-        redactor=redactor,
-        window=runner.window,
+        policy=ctx.snapshot,
+        redactor=ctx.redactor,
+        window=ctx.window,
         trimmed=prompt.trimmed,
         inclusions=prompt.inclusions,
     )
-    params = state.request.main_llm_params
-    state.main_llm = state.main_llm.model_copy(
-        update={
-            "started": True,
-            "started_at": state.clock.now(),
-            "prompt_hash": digest,
-            "prompt": snapshot,
-            "params": redactor.redact_value(bound_details(params)) if params else {},
-        }
+    params = ctx.request.main_llm_params
+    call = MainLlmCall(
+        started=True,
+        started_at=ctx.clock.now(),
+        prompt_hash=digest,
+        prompt=snapshot,
+        params=ctx.redactor.redact_value(bound_details(params)) if params else {},
     )
-    state.emitter.emit(MainLlmStarted)
+    meta = ctx.meta
     request = MainLlmRequest(
         messages=provider_messages,
-        run_id=state.run.run_id,
-        chat_id=state.run.chat_id,
-        user_message_id=state.run.user_message_id,
-        trigger=state.run.trigger,
+        run_id=meta.run_id,
+        chat_id=meta.chat_id,
+        user_message_id=meta.user_message_id,
+        trigger=meta.trigger,
         params=params,
     )
-    parts: list[str] = []
-    deltas = StreamRedactor(redactor)  # a key split across deltas is masked whole
-    done: MainLlmDone | None = None
-    error: OperationError | None = None
-    reason = FinishReason.COMPLETED
+    return call, request
+
+
+async def _stream(
+    ctx: RunContext,
+    emitter: EventEmitter,
+    cancellation: Cancellation,
+    request: MainLlmRequest,
+) -> _Stream:
+    """Stream the reply, emitting redacted deltas; provider errors end up in the result."""
+    result = _Stream()
+    deltas = StreamRedactor(ctx.redactor)  # a key split across deltas is masked whole
     scope = anyio.CancelScope()
-    state.scopes.add(scope)
-    if state.abort_reason is not None:
-        scope.cancel()
+    cancellation.watch(scope)
     try:
         with scope:
-            stream = runner.main_llm.stream(request)
+            stream = ctx.main_llm.stream(request)
             try:
                 async for item in stream:
                     if isinstance(item, MainLlmDone):
-                        done = item
+                        result.done = item
                         break
-                    parts.append(item)
+                    result.parts.append(item)
                     released = deltas.feed(item)
                     if released:
-                        state.emitter.emit(MainLlmDelta, text=released)
+                        emitter.emit(MainLlmDelta, text=released)
             finally:
                 aclose = getattr(stream, "aclose", None)
                 if aclose is not None:
                     with anyio.CancelScope(shield=True):
                         await aclose()
-    except ProviderTimeout as exc:
-        error, reason = error_of(exc.code, exc.message), FinishReason.TIMEOUT
-    except RateLimited as exc:
-        error, reason = error_of(exc.code, exc.message), FinishReason.RATE_LIMITED
     except ProviderError as exc:
-        error, reason = error_of(exc.code, exc.message), FinishReason.PROVIDER_ERROR
+        reason = next(r for kind, r in _FAILURES if isinstance(exc, kind))
+        result.error, result.reason = error_of(exc.code, exc.message), reason
     except Exception as exc:  # a broken adapter must not crash the run
-        error = error_of("main_llm_exception", f"{type(exc).__name__}: {exc}")
-        reason = FinishReason.PROVIDER_ERROR
+        result.error = error_of("main_llm_exception", f"{type(exc).__name__}: {exc}")
+        result.reason = FinishReason.PROVIDER_ERROR
     finally:
-        state.scopes.discard(scope)
+        cancellation.unwatch(scope)
     rest = deltas.flush()
     if rest:
-        state.emitter.emit(MainLlmDelta, text=rest)
+        emitter.emit(MainLlmDelta, text=rest)
+    return result
 
-    if state.abort_reason is not None:
-        status = MainLlmStatus.ABORTED
-        reason = (
-            FinishReason.DEADLINE if state.abort_reason == "deadline" else FinishReason.USER_ABORT
+
+def _outcome(
+    stream: _Stream, cancellation: Cancellation
+) -> tuple[MainLlmStatus, FinishReason, OperationError | None]:
+    """Status, finish reason and error of the call."""
+    if cancellation.reason is not None:
+        deadline = cancellation.reason == "deadline"
+        return (
+            MainLlmStatus.ABORTED,
+            FinishReason.DEADLINE if deadline else FinishReason.USER_ABORT,
+            None,
         )
-        error = None
-    elif error is None and done is None:
-        status = MainLlmStatus.ERROR
+    if stream.error is None and stream.done is None:
         error = error_of("main_llm_incomplete", "the main LLM stream ended without a final result")
-        reason = FinishReason.UNKNOWN
-    else:
-        status = MainLlmStatus.ERROR if error is not None else MainLlmStatus.DONE
+        return MainLlmStatus.ERROR, FinishReason.UNKNOWN, error
+    if stream.error is not None:
+        return MainLlmStatus.ERROR, stream.reason, stream.error
+    return MainLlmStatus.DONE, stream.reason, None
 
-    text = done.text if done is not None else "".join(parts)
-    if error is not None:
-        error = state.redact_error(error)
-    state.main_llm = state.main_llm.model_copy(
-        update={
-            "status": status,
-            "finish_reason": reason,
-            "provider_finish_reason": done.finish_reason if done else None,
-            "error": error,
-            "text": text,
-            "usage": done.usage if done else None,
-            "finished_at": state.clock.now(),
-        }
-    )
-    state.emitter.emit(MainLlmFinished, status=status, finish_reason=reason, error=error)
-    return status == MainLlmStatus.DONE
+
+def _provider_reason(done: MainLlmDone | None) -> str | None:
+    """The provider's finish reason as recorded: its own value when it gave one."""
+    if done is None:
+        return None
+    return done.raw_finish_reason or done.finish_reason

@@ -1,4 +1,4 @@
-"""The Runner: one Run of seed 003 ``30-run`` from planning to finished."""
+"""The Runner: the public entry point of the run engine."""
 
 from __future__ import annotations
 
@@ -10,36 +10,18 @@ from typing import Any
 import anyio
 
 from .._redact import DEFAULT_REDACTOR, Redactor
-from ..errors import NotFound, ProfileInvalid, RunError, bound_details
+from ..errors import ConfigError, NotFound, ProfileInvalid, RunError, bound_details
 from ..model import (
-    AppliedEffect,
-    Artifact,
-    ArtifactRef,
     ChatMessage,
     ChatRole,
-    FailedDetails,
-    FailedType,
-    Hook,
-    MainLlmCall,
-    MessageVariant,
-    OperationError,
     OperationProfile,
-    OperationProfileSessionKey,
-    OperationStatus,
     ProfileIssue,
-    PromptEffect,
-    PromptMessage,
     Run,
-    RunFinished,
-    RunPhase,
-    RunPhaseChanged,
     RunRequest,
     RunResult,
-    RunStarted,
-    RunStatus,
-    SkippedReason,
     Trigger,
 )
+from ..operations import AbortSignal, OperationCatalog, RunMeta
 from ..ports import (
     ArtifactArchive,
     ChatStore,
@@ -50,24 +32,17 @@ from ..ports import (
     ProfileStore,
     RunStore,
     SessionStore,
+    Stores,
 )
-from ._commit import overlay
-from ._context import AbortSignal, RunMeta
+from ..prompt import HistoryWindow, SnapshotPolicy
+from ..report import RunReport, build_report
+from ._context import RunContext
 from ._events import EventEmitter
 from ._executor import Executor, InProcessExecutor
-from ._explain import RunReport, build_report
-from ._main_llm import call_main_llm
-from ._operation import OperationCatalog
-from ._prompt import EffectivePrompt, effective_prompt
-from ._scheduler import OpExec, announce, run_hook
-from ._snapshot import SnapshotPolicy
-from ._turn import commit_hook, store_assistant_reply
-from ._window import HistoryWindow
+from ._run import RunDriver
+from ._turn import Turn
 
 __all__ = ["Runner", "SystemClock", "UuidIds"]
-
-_NOT_PLANNED = (SkippedReason.DISABLED, SkippedReason.TRIGGER_MISMATCH)
-"""Skip reasons of operations that are not part of the run at all."""
 
 
 class SystemClock:
@@ -93,9 +68,13 @@ class Runner:
     returns when the run is finished and no task it started is still running.
 
     Args:
-        catalog: Operation definitions and implementations.
-        profiles, sessions, chats, runs: The stores (:mod:`opsrun.ports`).
+        catalog: Operation definitions and implementations; profiles are validated
+            against it.
+        stores: Every store at once (``InMemoryStores()``, or any :class:`~opsrun.ports.Stores`).
         main_llm: The main LLM of the chat.
+        profiles, sessions, chats, runs, archive: Individual stores; each overrides the
+            one of ``stores``. ``archive`` receives artifact versions that retention
+            prunes (default: the archive of ``stores``, if it has one).
         executor: Where operations execute (default: in-process tasks).
         events: Receives every event live, in ``seq`` order.
         clock, ids: Time and id sources (injectable for tests).
@@ -103,21 +82,25 @@ class Runner:
             masked by ``redactor``).
         redactor: Masks secrets in everything a run records: errors, summaries,
             generation params, the prompt snapshot, the main LLM text and its stream
-            events.
+            events. Operations receive it as ``ctx.redactor``.
         window: The history window of the effective prompt (default: all history).
         snapshot: Limits and augmentation storage of the recorded prompt.
-        archive: Receives artifact versions that retention prunes.
+
+    Raises:
+        ConfigError: a store is missing (neither in ``stores`` nor given on its own).
     """
 
     def __init__(
         self,
         *,
         catalog: OperationCatalog,
-        profiles: ProfileStore,
-        sessions: SessionStore,
-        chats: ChatStore,
-        runs: RunStore,
         main_llm: MainLlm,
+        stores: Stores | None = None,
+        profiles: ProfileStore | None = None,
+        sessions: SessionStore | None = None,
+        chats: ChatStore | None = None,
+        runs: RunStore | None = None,
+        archive: ArtifactArchive | None = None,
         executor: Executor | None = None,
         events: EventSink | None = None,
         clock: Clock | None = None,
@@ -126,13 +109,13 @@ class Runner:
         redactor: Redactor | None = None,
         window: HistoryWindow | None = None,
         snapshot: SnapshotPolicy | None = None,
-        archive: ArtifactArchive | None = None,
     ) -> None:
         self.catalog = catalog
-        self.profiles = profiles
-        self.sessions = sessions
-        self.chats = chats
-        self.runs = runs
+        self.profiles: ProfileStore = _store("profiles", profiles, stores)
+        self.sessions: SessionStore = _store("sessions", sessions, stores)
+        self.chats: ChatStore = _store("chats", chats, stores)
+        self.runs: RunStore = _store("runs", runs, stores)
+        self.archive = archive if archive is not None else getattr(stores, "archive", None)
         self.main_llm = main_llm
         self.executor: Executor = executor or InProcessExecutor()
         self.events = events
@@ -142,7 +125,6 @@ class Runner:
         self.summarize = summarize or self._summarize
         self.window = window
         self.snapshot = snapshot or SnapshotPolicy()
-        self.archive = archive
         self._active: dict[str, AbortSignal] = {}
         self._finished: dict[str, anyio.Event] = {}
         # Profiles are immutable: validation results are cached per profile object.
@@ -213,17 +195,8 @@ class Runner:
             ProfileInvalid: the stored profile fails validation against the catalog.
         """
         profile = await self._load_profile(request)
-        now = self.clock.now()
         user_message_id = request.user_message_id or self.ids.new_id("msg")
         history = await self._turn_history(request, user_message_id)
-        session_key = None
-        if profile is not None:
-            session_key = OperationProfileSessionKey(
-                chat_id=request.chat_id,
-                branch_id=request.branch_id,
-                profile_ref=profile.ref,
-                operation_profile_session_id=profile.operation_profile_session_id,
-            )
         run = Run(
             run_id=self.ids.new_id("run"),
             trigger=request.trigger,
@@ -235,7 +208,7 @@ class Runner:
             operation_profile_session_id=profile.operation_profile_session_id if profile else None,
             dedupe_key=request.dedupe_key,
             initiator=request.initiator,
-            started_at=now,
+            started_at=self.clock.now(),
         )
         stored = await self.runs.claim(run)
         if stored.run_id != run.run_id:
@@ -249,23 +222,82 @@ class Runner:
         # caller's signal can be reused for a later run after a deadline.
         signal = AbortSignal()
         forget_caller = abort.subscribe(signal.abort) if abort is not None else None
-        state = _RunState(self, request, run, profile, session_key, history, signal)
+        ctx = self._context(request, run, profile, signal)
+        emitter = EventEmitter(
+            base={
+                "run_id": run.run_id,
+                "chat_id": run.chat_id,
+                "user_message_id": run.user_message_id,
+                "trigger": run.trigger,
+            },
+            clock=self.clock,
+            sink=self.events,
+            store=self.runs,
+        )
+        driver = RunDriver(
+            ctx,
+            run,
+            profile=profile,
+            catalog=self.catalog,
+            runs=self.runs,
+            emitter=emitter,
+            turn=Turn(ctx, history),
+        )
         self._active[run.run_id] = signal
         self._finished[run.run_id] = anyio.Event()
         try:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(state.emitter.pump)
+                tg.start_soon(emitter.pump)
                 try:
-                    await state.drive()
+                    await driver.drive()
                 finally:
-                    state.emitter.close()
+                    emitter.close()
         finally:
-            state.unsubscribe()
             if forget_caller is not None:
                 forget_caller()
             del self._active[run.run_id]
             self._finished.pop(run.run_id).set()
-        return state.result
+        return driver.result
+
+    def _context(
+        self,
+        request: RunRequest,
+        run: Run,
+        profile: OperationProfile | None,
+        signal: AbortSignal,
+    ) -> RunContext:
+        rank: dict[str, int] = {}
+        if profile is not None:
+            ranked = sorted(enumerate(profile.operations), key=lambda p: (p[1].config.order, p[0]))
+            rank = {entry.operation_id: index for index, (_, entry) in enumerate(ranked)}
+        return RunContext(
+            request=request,
+            meta=RunMeta(
+                run_id=run.run_id,
+                trigger=run.trigger,
+                chat_id=run.chat_id,
+                branch_id=run.branch_id,
+                user_message_id=run.user_message_id,
+                profile_id=run.profile_id,
+                session_key=run.session_key,
+                assistant_variant_id=request.assistant_variant_id,
+            ),
+            abort=signal,
+            session_key=run.session_key,
+            started_at=run.started_at,
+            profile_rank=rank,
+            chats=self.chats,
+            sessions=self.sessions,
+            archive=self.archive,
+            main_llm=self.main_llm,
+            executor=self.executor,
+            clock=self.clock,
+            ids=self.ids,
+            redactor=self.redactor,
+            summarize=self.summarize,
+            window=self.window,
+            snapshot=self.snapshot,
+        )
 
     async def _load_profile(self, request: RunRequest) -> OperationProfile | None:
         if request.profile_id is None:
@@ -301,326 +333,17 @@ class Runner:
         return history  # the new user message is appended once the run is claimed
 
 
-class _RunState:
-    """Everything one run tracks while it executes."""
+def _store(name: str, given: Any, stores: Stores | None) -> Any:
+    """The store ``name``: given on its own, or else the bundle's.
 
-    def __init__(
-        self,
-        runner: Runner,
-        request: RunRequest,
-        run: Run,
-        profile: OperationProfile | None,
-        session_key: OperationProfileSessionKey | None,
-        history: list[ChatMessage],
-        abort: AbortSignal,
-    ) -> None:
-        self.runner = runner
-        self.request = request
-        self.run = run
-        self.profile = profile
-        self.session_key = session_key
-        self.history = history
-        self.abort = abort
-        self.clock = runner.clock
-        self.executor = runner.executor
-        self.summarize = runner.summarize
-        self.started_at = run.started_at
-        self.t0 = anyio.current_time()
-        self.meta = RunMeta(
-            run_id=run.run_id,
-            trigger=run.trigger,
-            chat_id=run.chat_id,
-            branch_id=run.branch_id,
-            user_message_id=run.user_message_id,
-            profile_id=run.profile_id,
-            session_key=session_key,
-            assistant_variant_id=request.assistant_variant_id,
+    Raises:
+        ConfigError: neither has it.
+    """
+    if given is not None:
+        return given
+    if stores is None:
+        raise ConfigError(
+            f"Runner needs a {name} store: pass stores=InMemoryStores() or {name}=...",
+            details={"field": name},
         )
-        self.emitter = EventEmitter(
-            base={
-                "run_id": run.run_id,
-                "chat_id": run.chat_id,
-                "user_message_id": run.user_message_id,
-                "trigger": run.trigger,
-            },
-            clock=runner.clock,
-            sink=runner.events,
-            store=runner.runs,
-        )
-        self.execs: list[OpExec] = []
-        self.persisted: dict[str, Artifact] = {}
-        self.run_only: dict[str, Artifact] = {}
-        self.prompt_effects: list[tuple[str, PromptEffect]] = []
-        self.applied: list[AppliedEffect] = []
-        self.commit_count = 0
-        self.profile_rank: dict[str, int] = {}
-        if profile is not None:
-            ranked = sorted(enumerate(profile.operations), key=lambda p: (p[1].config.order, p[0]))
-            self.profile_rank = {entry.operation_id: rank for rank, (_, entry) in enumerate(ranked)}
-        self.draft_prompt: tuple[PromptMessage, ...] = ()
-        self.prompt_messages: tuple[PromptMessage, ...] = ()
-        self.main_llm = MainLlmCall()
-        self.assistant_message: ChatMessage | None = None
-        self.scopes: set[anyio.CancelScope] = set()
-        self.abort_reason: str | None = None
-        self.unsubscribe = abort.subscribe(self._on_abort)
-        self.result = RunResult(run=run)
-
-    # -- helpers used by the scheduler and the commit ------------------------------------------
-    def _on_abort(self, reason: str) -> None:
-        if self.abort_reason is None:
-            self.abort_reason = reason
-        for scope in list(self.scopes):
-            scope.cancel()
-
-    def redact_error(self, error: OperationError) -> OperationError:
-        """``error`` with secrets masked in its message and details."""
-        redactor = self.runner.redactor
-        message = redactor.redact(error.message)
-        details = redactor.redact_value(error.details) if error.details else error.details
-        if message == error.message and details == error.details:
-            return error
-        return error.model_copy(update={"message": message, "details": details})
-
-    def committed_artifacts(self) -> dict[str, Artifact]:
-        return overlay(self.persisted, self.run_only)
-
-    def prompt_artifacts(self) -> list[tuple[int, Artifact]]:
-        """Committed artifacts with their profile order index (writers not in it go last)."""
-        last = len(self.profile_rank)
-        return [
-            (self.profile_rank.get(a.written_by or "", last), a)
-            for a in self.committed_artifacts().values()
-        ]
-
-    def effective_prompt(self) -> EffectivePrompt:
-        """The effective prompt from the committed state so far."""
-        return effective_prompt(
-            self.request.system_prompt,
-            self.history,
-            self.prompt_effects,
-            artifacts=self.prompt_artifacts(),
-            window=self.runner.window,
-        )
-
-    def context_history(self, hook: Hook) -> tuple[ChatMessage, ...]:
-        if hook == Hook.AFTER_MAIN_LLM and self.assistant_message is not None:
-            return (*self.history, self.assistant_message)
-        return tuple(self.history)
-
-    def announce_finished(self, e: OpExec) -> None:
-        if e.finished_at is None:
-            e.finished_at = self.clock.now()
-        announce(self, e)
-
-    def phase(self, phase: RunPhase) -> None:
-        self.run = self.run.model_copy(update={"phase": phase})
-        self.emitter.emit(RunPhaseChanged, phase=phase)
-
-    def _end_all(self, status: OperationStatus, reason: SkippedReason | None = None) -> None:
-        for e in self.execs:
-            if not e.terminal:
-                e.end(status, reason=reason)
-                self.announce_finished(e)
-
-    # -- the run ----------------------------------------------------------------------------
-    async def drive(self) -> None:
-        self.emitter.emit(RunStarted)
-        async with anyio.create_task_group() as tg:
-            if self.request.deadline_ms is not None:
-                tg.start_soon(self._deadline_watch, self.request.deadline_ms / 1000)
-            try:
-                await self._phases()
-            finally:
-                tg.cancel_scope.cancel()
-
-    async def _deadline_watch(self, seconds: float) -> None:
-        await anyio.sleep(seconds)
-        self.abort.abort("deadline")
-
-    async def _phases(self) -> None:
-        self.phase(RunPhase.PLANNING)
-        await self._plan()
-        if not await self._hook(Hook.BEFORE_MAIN_LLM, RunPhase.BEFORE_MAIN_LLM):
-            return
-        self.phase(RunPhase.BARRIER)
-        await commit_hook(self, Hook.BEFORE_MAIN_LLM)
-        blocker = self._required_not_done(Hook.BEFORE_MAIN_LLM)
-        if blocker is not None:
-            self._end_all(OperationStatus.SKIPPED, SkippedReason.MAIN_LLM_NOT_RUN)
-            await self._finish(RunStatus.FAILED, FailedType.BEFORE_BARRIER, blocker)
-            return
-        self.phase(RunPhase.MAIN_LLM)
-        self.history = await self._current_history()
-        ok = await call_main_llm(self)
-        if self.abort_reason is not None:
-            await self._finish_aborted()
-            return
-        if not ok:
-            self._end_all(OperationStatus.SKIPPED, SkippedReason.MAIN_LLM_NOT_RUN)
-            error = self.main_llm.error
-            details = FailedDetails(
-                error_code=error.code if error else None,
-                error_message=error.message if error else None,
-            )
-            await self._finish(RunStatus.FAILED, FailedType.MAIN_LLM, details)
-            return
-        await store_assistant_reply(self)
-        if not await self._hook(Hook.AFTER_MAIN_LLM, RunPhase.AFTER_MAIN_LLM):
-            return
-        self.phase(RunPhase.COMMIT)
-        await commit_hook(self, Hook.AFTER_MAIN_LLM)
-        blocker = self._required_not_done(Hook.AFTER_MAIN_LLM)
-        if blocker is not None:
-            await self._finish(RunStatus.FAILED, FailedType.AFTER_MAIN_LLM, blocker)
-            return
-        await self._finish(RunStatus.DONE)
-
-    async def _hook(self, hook: Hook, phase: RunPhase) -> bool:
-        """Run one hook; False when the run was aborted (and is now finished)."""
-        self.phase(phase)
-        if hook == Hook.BEFORE_MAIN_LLM:
-            self.draft_prompt = self.effective_prompt().messages
-        if self.abort_reason is None:
-            await run_hook(self, hook)
-        if self.abort_reason is not None:
-            await self._finish_aborted()
-            return False
-        return True
-
-    async def _plan(self) -> None:
-        runner = self.runner
-        if self.request.trigger == Trigger.GENERATE:
-            await self._create_user_message()
-        if self.session_key is not None:
-            await runner.sessions.get_or_create_session(self.session_key, self.started_at)
-            self.persisted = await runner.sessions.get_artifacts(self.session_key)
-            self.run = self.run.model_copy(
-                update={
-                    "artifacts_at_start": tuple(
-                        ArtifactRef(tag=tag, version=self.persisted[tag].version)
-                        for tag in sorted(self.persisted)
-                    )
-                }
-            )
-        profile = self.profile
-        if profile is not None and profile.enabled:
-            for entry in profile.operations:
-                definition = runner.catalog[entry.operation_id]
-                implementation = runner.catalog.implementation(entry.operation_id)
-                params = runner.catalog.parse_params(entry.operation_id, entry.config.params)
-                spec = getattr(params, "write_artifact", None)
-                write_tag = definition.capabilities.write_tag or (spec.tag if spec else None)
-                for hook in entry.config.hooks:
-                    e = OpExec(definition, entry.config, hook, implementation, params, write_tag)
-                    if not entry.config.enabled:
-                        e.end(OperationStatus.SKIPPED, reason=SkippedReason.DISABLED)
-                    elif not entry.config.runs_on(self.run.trigger):
-                        e.end(OperationStatus.SKIPPED, reason=SkippedReason.TRIGGER_MISMATCH)
-                    self.execs.append(e)
-        for e in self.execs:
-            if e.terminal:
-                self.announce_finished(e)
-        await runner.runs.save_run(self.run, self._records())
-
-    async def _create_user_message(self) -> None:
-        chats = self.runner.chats
-        try:
-            await chats.get_message(self.run.chat_id, self.run.user_message_id)
-            return  # the host stored it already
-        except NotFound:
-            pass
-        variant = MessageVariant(
-            variant_id=self.runner.ids.new_id("var"),
-            content=self.request.user_message or "",
-            source="user",
-            run_id=self.run.run_id,
-            created_at=self.started_at,
-        )
-        message = ChatMessage(
-            message_id=self.run.user_message_id,
-            chat_id=self.run.chat_id,
-            branch_id=self.run.branch_id,
-            role=ChatRole.USER,
-            variants=(variant,),
-            selected_variant_id=variant.variant_id,
-            created_at=self.started_at,
-        )
-        await chats.save_message(message)
-        self.history = [*self.history, message]
-
-    async def _current_history(self) -> list[ChatMessage]:
-        """Re-read the turn's messages so committed user variants reach the prompt."""
-        chats = self.runner.chats
-        refreshed = []
-        for message in self.history:
-            if message.message_id == self.run.user_message_id:
-                message = await chats.get_message(self.run.chat_id, message.message_id)
-            refreshed.append(message)
-        return refreshed
-
-    def _required_not_done(self, hook: Hook) -> FailedDetails | None:
-        """The first required operation of ``hook`` that should have run but is not done.
-
-        Disabled and trigger-mismatched operations were never meant to run in this run
-        (seed 003 §3: the barrier waits for the operations "that should start"), so they
-        do not count even when required.
-        """
-        for e in sorted(self.execs, key=lambda x: (x.config.order, x.operation_id)):
-            if e.skipped_reason in _NOT_PLANNED:
-                continue
-            if e.hook == hook and e.config.required and e.status != OperationStatus.DONE:
-                error = e.error
-                return FailedDetails(
-                    operation_id=e.operation_id,
-                    error_code=error.code if error else (e.skipped_reason or e.status).value,
-                    error_message=error.message if error else f"operation ended {e.status.value}",
-                )
-        return None
-
-    async def _finish_aborted(self) -> None:
-        self._end_all(OperationStatus.ABORTED)
-        await self._finish(RunStatus.ABORTED)
-
-    async def _finish(
-        self,
-        status: RunStatus,
-        failed_type: FailedType | None = None,
-        details: FailedDetails | None = None,
-    ) -> None:
-        self._end_all(OperationStatus.SKIPPED, SkippedReason.MAIN_LLM_NOT_RUN)
-        now = self.clock.now()
-        self.run = self.run.model_copy(
-            update={
-                "status": status,
-                "phase": RunPhase.FINISHED,
-                "failed_type": failed_type,
-                "failed_details": details,
-                "abort_reason": self.abort_reason if status == RunStatus.ABORTED else None,
-                "finished_at": now,
-                "duration_ms": (anyio.current_time() - self.t0) * 1000,
-                "main_llm": self._recorded_main_llm(),
-                "applied_effects": tuple(self.applied),
-            }
-        )
-        records = self._records()
-        with anyio.CancelScope(shield=True):
-            await self.runner.runs.save_run(self.run, records)
-        self.emitter.emit(RunPhaseChanged, phase=RunPhase.FINISHED)
-        self.emitter.emit(
-            RunFinished, status=status, failed_type=failed_type, failed_details=details
-        )
-        self.result = RunResult(run=self.run, operation_runs=tuple(records))
-
-    def _recorded_main_llm(self) -> MainLlmCall:
-        """The main LLM call as the run records it: its text redacted.
-
-        The chat keeps the reply as generated; the run's own record is a log.
-        """
-        text = self.main_llm.text
-        if not text:
-            return self.main_llm
-        return self.main_llm.model_copy(update={"text": self.runner.redactor.redact(text)})
-
-    def _records(self) -> list[Any]:
-        return [e.record(self.run.run_id, self.run.trigger) for e in self.execs]
+    return getattr(stores, name)

@@ -10,7 +10,7 @@ from typing import Any
 
 import anyio
 
-from ..ports import MainLlmDone, MainLlmRequest
+from ..ports import MainLlmDone, MainLlmRequest, ProviderCapabilities
 
 __all__ = ["FunctionMainLlm", "OfflineMainLlm", "ScriptedMainLlm"]
 
@@ -24,9 +24,15 @@ def _chunks(text: str, size: int) -> list[str]:
 class _Streaming:
     """Shared streaming: split a reply into chunks, optionally sleeping between them."""
 
-    supports_developer_role = False
-
-    def __init__(self, *, chunk_size: int = 16, delay: float = 0.0) -> None:
+    def __init__(
+        self,
+        *,
+        chunk_size: int = 16,
+        delay: float = 0.0,
+        capabilities: ProviderCapabilities | None = None,
+    ) -> None:
+        self.capabilities = capabilities or ProviderCapabilities()
+        """What the double declares (``developer_role`` False by default)."""
         self.chunk_size = chunk_size
         self.delay = delay
         self.requests: list[MainLlmRequest] = []
@@ -64,8 +70,9 @@ class ScriptedMainLlm(_Streaming):
         default: str | None = "OK",
         chunk_size: int = 16,
         delay: float = 0.0,
+        capabilities: ProviderCapabilities | None = None,
     ) -> None:
-        super().__init__(chunk_size=chunk_size, delay=delay)
+        super().__init__(chunk_size=chunk_size, delay=delay, capabilities=capabilities)
         self.replies: deque[Reply] = deque(replies)
         self.default = default
 
@@ -88,8 +95,9 @@ class FunctionMainLlm(_Streaming):
         *,
         chunk_size: int = 16,
         delay: float = 0.0,
+        capabilities: ProviderCapabilities | None = None,
     ) -> None:
-        super().__init__(chunk_size=chunk_size, delay=delay)
+        super().__init__(chunk_size=chunk_size, delay=delay, capabilities=capabilities)
         self.fn = fn
 
     async def _compute(self, request: MainLlmRequest) -> AsyncIterator[str | MainLlmDone]:

@@ -20,8 +20,10 @@ from typing import Any
 
 import pytest
 
+from ..kinds import builtin_kinds
+from ..operations import OperationCatalog
 from ..providers import ProviderRegistry
-from ..runner import OperationCatalog, Runner, builtin_kinds
+from ..runner import Runner
 from ..stores import InMemoryStores
 from ._fakes import FakeClock, SequentialIds
 from ._main_llm import ScriptedMainLlm
@@ -87,10 +89,7 @@ def opsrun_runner(
     """A Runner over in-memory stores, the catalog fixture and the scripted main LLM."""
     return Runner(
         catalog=opsrun_catalog,
-        profiles=opsrun_stores.profiles,
-        sessions=opsrun_stores.sessions,
-        chats=opsrun_stores.chats,
-        runs=opsrun_stores.runs,
+        stores=opsrun_stores,
         main_llm=opsrun_main_llm,
         clock=FakeClock(),
         ids=SequentialIds(),

@@ -8,7 +8,7 @@ Two pure steps (docs/prompt.md has the tables and a worked example):
    ``(phase, priority, profile order, tag, version newest first)`` and records, for each
    artifact, where it went or why it was dropped.
 2. :func:`assemble_prompt` lays the plan over the system prompt and the kept history,
-   then applies prompt-time effects exactly as :func:`~opsrun.runner._prompt.build_prompt`
+   then applies prompt-time effects exactly as :func:`build_prompt`
    documents, with effect depths counted on history messages only. Without inclusions
    it returns what ``build_prompt`` returns.
 """
@@ -42,12 +42,12 @@ from ..model import (
     VersionSelector,
 )
 from ..model._base import JsonValue
-from ..model._prompt import Action, Phase
+from ..model._prompt import InclusionAction, Phase
 
 __all__ = [
     "PHASES",
-    "Action",
     "ExpandedInclusion",
+    "InclusionAction",
     "InclusionPlan",
     "InclusionRecord",
     "Phase",
@@ -83,7 +83,7 @@ _SYSTEM_SOURCE = PromptSource(kind="system")
 class ExpandedInclusion:
     """The full form of a :class:`~opsrun.model.PromptInclusion` (shorthand resolved)."""
 
-    action: Action
+    action: InclusionAction
     """What happens: insert a message or text, or replace / wrap / merge into a target."""
     side: Side | None
     """For ``insert``: before or after the anchor (system: start or end of the prompt);
@@ -108,7 +108,7 @@ class ExpandedInclusion:
     """Heading for ``merge_section``."""
 
 
-_SHORTHAND: dict[str, tuple[Action, Target, _AnchorType | None, Side | None]] = {
+_SHORTHAND: dict[str, tuple[InclusionAction, Target, _AnchorType | None, Side | None]] = {
     "append_after_last_user": ("insert", "timeline", AfterLastUser(), None),
     "prepend_system": ("insert", "system", None, "before"),
     "as_message": ("insert", "timeline", None, None),
@@ -144,7 +144,7 @@ def expand_inclusion(
         anchor = inclusion.anchor
     if inclusion.target is not None:
         target = inclusion.target
-    action: Action = inclusion.operation or operation
+    action: InclusionAction = inclusion.operation or operation
     place = inclusion.place
     if place == "before" or place == "after":
         side = place
@@ -246,7 +246,7 @@ class PlannedPart:
     message ``index``); ``tail`` (a message at the end)."""
     index: int
     """Gap or kept-message index; 0 for ``system`` and ``tail``."""
-    action: Action
+    action: InclusionAction
     """What it does."""
     side: Side
     """For a system insert: start (before) or end (after); else informational."""
@@ -344,7 +344,7 @@ def plan_inclusions(
         full_history: The whole history up to the current user message, oldest first;
             anchors resolve against it.
         kept_history: The suffix of ``full_history`` the window kept
-            (:func:`~opsrun.runner._window.trim_history`).
+            (:func:`trim_history`).
 
     Returns:
         The sorted parts and one record per artifact.

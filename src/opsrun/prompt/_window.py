@@ -3,7 +3,7 @@
 The window is a suffix of the history. It is built from the newest message back and
 closes at the first message that would exceed a limit; that message and every older one
 are trimmed. The last message (the current user message, by the contract of
-:func:`~opsrun.runner._prompt.build_prompt`) is always kept, even when it alone exceeds
+the effective prompt) is always kept, even when it alone exceeds
 a limit, so a turn never loses the text it answers.
 """
 
@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple, TypeAlias
 
+from .._config import require, require_at_least
 from ..model import ChatMessage
 
 __all__ = ["HistoryWindow", "TrimReason", "TrimResult", "TrimmedMessage", "trim_history"]
@@ -30,7 +31,7 @@ class HistoryWindow:
     prompt, artifacts and prompt-time effects are outside the window.
 
     Raises:
-        ValueError: if a limit is negative, or ``max_tokens`` is set without a
+        ConfigError: if a limit is negative, or ``max_tokens`` is set without a
             ``token_counter``.
     """
 
@@ -44,12 +45,13 @@ class HistoryWindow:
     """Counts the tokens of one message's prompt text; the host supplies its tokenizer."""
 
     def __post_init__(self) -> None:
-        for name in ("max_messages", "max_chars", "max_tokens"):
-            value = getattr(self, name)
-            if value is not None and value < 0:
-                raise ValueError(f"HistoryWindow.{name} must be >= 0, got {value}")
-        if self.max_tokens is not None and self.token_counter is None:
-            raise ValueError("HistoryWindow.max_tokens needs a token_counter")
+        require_at_least(self, 0, "max_messages", "max_chars", "max_tokens", optional=True)
+        require(
+            self,
+            "token_counter",
+            self.max_tokens is None or self.token_counter is not None,
+            "given when max_tokens is set",
+        )
 
 
 class TrimmedMessage(NamedTuple):

@@ -37,7 +37,7 @@ import re
 from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import anyio
 from jsonschema import SchemaError
@@ -46,8 +46,10 @@ from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 from pydantic import BaseModel
 
-from .._redact import DEFAULT_REDACTOR, Redactor, sha256_text
+from .._redact import Redactor, sha256_text
 from ..errors import (
+    MAX_TEXT_CHARS,
+    OperationFailed,
     OpsrunError,
     ProviderError,
     ProviderTimeout,
@@ -56,6 +58,7 @@ from ..errors import (
     TemplateError,
 )
 from ..model import ContentFormat, LlmParams, OperationDefinition, OperationResult, Usage
+from ..operations import Operation, OperationContext
 from ..ports import (
     STRUCTURED_OUTPUT_LEVELS,
     CredentialResolver,
@@ -67,8 +70,7 @@ from ..ports import (
     ResponseFormat,
     StructuredOutput,
 )
-from ._context import OperationContext
-from ._kinds import (
+from ._common import (
     TokenCounter,
     approximate_tokens,
     done_result,
@@ -76,12 +78,11 @@ from ._kinds import (
     prompt_effect_problem,
     with_secret,
 )
-from ._liquid import TemplateEngine
-from ._operation import Operation
+from .liquid import TemplateEngine
 
 __all__ = ["LlmOperation"]
 
-RAW_TEXT_PREVIEW = 1024
+RAW_TEXT_PREVIEW = MAX_TEXT_CHARS
 """Characters of the reply kept in ``outputsSummary.rawTextPreview`` (json mode)."""
 PARSE_ERROR_MESSAGE = 512
 """Characters of ``outputsSummary.parseErrorMessage``."""
@@ -93,14 +94,9 @@ _FENCE = re.compile(r"\A\s*```[A-Za-z0-9_-]*[ \t]*\r?\n(?P<body>.*?)\r?\n[ \t]*`
 RetryKind = Literal["timeout", "provider_error", "rate_limit"]
 
 
-class _Failure(Exception):
-    """Ends the execution with an error result (internal control flow)."""
-
-    def __init__(self, code: str, message: str, details: Mapping[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.details = details
+def _fail(code: str, message: str, details: Mapping[str, Any] | None = None) -> OperationFailed:
+    """The error that ends the execution with an error result."""
+    return OperationFailed(message, code=code, details=details)
 
 
 @dataclass(slots=True)
@@ -153,7 +149,7 @@ def parse_json_reply(text: str) -> Any:
     return json.loads(body, parse_constant=_reject_constant)
 
 
-class LlmOperation(Operation):
+class LlmOperation(Operation[LlmParams]):
     """The implementation of ``kind="llm"`` for one definition.
 
     Args:
@@ -165,12 +161,10 @@ class LlmOperation(Operation):
         schemas: JSON Schemas by name for ``output.schemaRef``; read at run time.
         token_counter: Counts tokens for ``maxInputTokens`` (default
             :func:`approximate_tokens`).
-        redactor: Masks secrets in what the operation returns; the resolved credential
-            is added to it for each call.
         redact_outputs: Also mask secrets in the value written or sent to the prompt.
     """
 
-    params_model: ClassVar[type[BaseModel] | None] = LlmParams
+    params_model: type[BaseModel] | None = LlmParams
 
     def __init__(
         self,
@@ -181,7 +175,6 @@ class LlmOperation(Operation):
         engine: TemplateEngine | None = None,
         schemas: Mapping[str, Mapping[str, Any]] | None = None,
         token_counter: TokenCounter | None = None,
-        redactor: Redactor = DEFAULT_REDACTOR,
         redact_outputs: bool = True,
     ) -> None:
         self.definition = definition
@@ -190,29 +183,27 @@ class LlmOperation(Operation):
         self.engine = engine or TemplateEngine()
         self.schemas: Mapping[str, Mapping[str, Any]] = schemas if schemas is not None else {}
         self.token_counter: TokenCounter = token_counter or approximate_tokens
-        self.redactor = redactor
         self.redact_outputs = redact_outputs
         self._validators: dict[str, tuple[Mapping[str, Any], Validator]] = {}
 
     # -- execute ---------------------------------------------------------------------------
 
-    async def execute(self, ctx: OperationContext) -> OperationResult:
+    async def execute(self, ctx: OperationContext[LlmParams]) -> OperationResult:
         """Make the aux call and return its effects (or an error result with summaries)."""
-        params = ctx.params
-        if not isinstance(params, LlmParams):
-            params = LlmParams.model_validate(params)
+        given: object = ctx.params  # a raw dict when the catalog did not parse it
+        params = given if isinstance(given, LlmParams) else LlmParams.model_validate(given)
         started = anyio.current_time()
-        ex = _Exchange(self.redactor, inputs_summary(params))
+        ex = _Exchange(ctx.redactor, inputs_summary(params))
         try:
             value = await self._run(ctx, params, ex)
-        except _Failure as failure:
+        except OperationFailed as failure:
             ex.outputs["durationMs"] = _ms(anyio.current_time() - started)
             self._summarize_usage(ex)
             return failed_result(
                 ex.redactor,
                 failure.code,
                 failure.message,
-                failure.details,
+                failure.details or None,
                 inputs_summary=ex.inputs,
                 outputs_summary=ex.outputs,
             )
@@ -231,10 +222,10 @@ class LlmOperation(Operation):
             outputs_summary=_redact_fields(ex.redactor, ex.outputs, _FREE_TEXT_OUTPUTS),
         )
 
-    async def _run(self, ctx: OperationContext, params: LlmParams, ex: _Exchange) -> Any:
+    async def _run(self, ctx: OperationContext[LlmParams], params: LlmParams, ex: _Exchange) -> Any:
         problem = prompt_effect_problem(ctx, params.prompt_effect is not None)
         if problem is not None:
-            raise _Failure("policy_error", problem)
+            raise _fail("policy_error", problem)
         schema_ref = params.output.schema_ref
         validator = None if schema_ref is None else self._validator(schema_ref)
         provider = self._provider(params.provider_ref)
@@ -245,7 +236,7 @@ class LlmOperation(Operation):
         if params.max_input_tokens is not None:
             counted = self.token_counter((system or "") + prompt)
             if counted > params.max_input_tokens:
-                raise _Failure(
+                raise _fail(
                     "budget_exceeded",
                     f"the rendered input has about {counted} tokens, "
                     f"more than maxInputTokens={params.max_input_tokens}",
@@ -264,7 +255,7 @@ class LlmOperation(Operation):
         schema = self.schemas.get(schema_ref)
         if schema is None:
             known = ", ".join(sorted(self.schemas)) or "none"
-            raise _Failure(
+            raise _fail(
                 "config_error",
                 f"output.schemaRef {schema_ref!r} is not a registered schema (known: {known})",
                 {"schemaRef": schema_ref},
@@ -276,7 +267,7 @@ class LlmOperation(Operation):
         try:
             cls.check_schema(dict(schema))
         except SchemaError as exc:
-            raise _Failure(
+            raise _fail(
                 "config_error",
                 f"schema {schema_ref!r} is not a valid JSON Schema: {exc.message}",
                 {"schemaRef": schema_ref},
@@ -287,7 +278,7 @@ class LlmOperation(Operation):
 
     def _provider(self, provider_ref: str) -> LlmProvider:
         if self.providers is None:
-            raise _Failure(
+            raise _fail(
                 "config_error",
                 f"no provider registry was given, so providerRef {provider_ref!r} is unknown",
                 {"providerRef": provider_ref},
@@ -295,22 +286,22 @@ class LlmOperation(Operation):
         try:
             return self.providers.get(provider_ref)
         except OpsrunError as exc:
-            raise _Failure("config_error", exc.message, {"providerRef": provider_ref}) from exc
+            raise _fail("config_error", exc.message, {"providerRef": provider_ref}) from exc
 
     async def _credential(self, credential_ref: str | None) -> str | None:
         if credential_ref is None:
             return None
         if self.credentials is None:
-            raise _Failure("config_error", "credentialRef is set but no credential resolver")
+            raise _fail("config_error", "credentialRef is set but no credential resolver")
         try:
             return await self.credentials.resolve(credential_ref)
         except Exception as exc:
             # The resolver's message may name the reference or worse: report only its code.
             code = exc.code if isinstance(exc, OpsrunError) else type(exc).__name__
-            raise _Failure("config_error", f"credentialRef could not be resolved ({code})") from exc
+            raise _fail("config_error", f"credentialRef could not be resolved ({code})") from exc
 
     def _render(
-        self, ctx: OperationContext, params: LlmParams, ex: _Exchange
+        self, ctx: OperationContext[LlmParams], params: LlmParams, ex: _Exchange
     ) -> tuple[str | None, str]:
         context = ctx.template_context()
         strict = params.strict_variables
@@ -323,7 +314,7 @@ class LlmOperation(Operation):
             field_name = "prompt"
             prompt = self.engine.render(params.prompt, context, strict_variables=strict)
         except TemplateError as exc:
-            raise _Failure(
+            raise _fail(
                 "template_render_error",
                 f"{field_name}: {exc.message}",
                 {**exc.details, "field": field_name},
@@ -333,7 +324,7 @@ class LlmOperation(Operation):
 
     async def _call(
         self,
-        ctx: OperationContext,
+        ctx: OperationContext[LlmParams],
         params: LlmParams,
         ex: _Exchange,
         provider: LlmProvider,
@@ -398,11 +389,11 @@ class LlmOperation(Operation):
                     "provider_error",
                 )
             if attempt >= retry.max_attempts or error.retry_kind not in retry.retry_on:
-                raise _Failure(error.code, error.message, {"attempts": ex.outputs["attempts"]})
+                raise _fail(error.code, error.message, {"attempts": ex.outputs["attempts"]})
             wait = max(retry.backoff_ms / 1000, error.retry_after or 0.0)
             remaining = ctx.remaining()
             if remaining is not None and wait >= remaining:
-                raise _Failure(
+                raise _fail(
                     error.code,
                     f"{error.message} (no retry: waiting {wait:.3f}s would pass the deadline)",
                     {"attempts": ex.outputs["attempts"]},
@@ -441,7 +432,7 @@ class LlmOperation(Operation):
         validator: Validator | None,
     ) -> Any:
         if response.finish_reason == "content_filter":
-            raise _Failure(
+            raise _fail(
                 "policy_error",
                 "the provider's content filter stopped the reply",
                 {"rawFinishReason": response.raw_finish_reason},
@@ -449,7 +440,7 @@ class LlmOperation(Operation):
         max_cost = params.budget.max_cost_usd
         cost = None if ex.usage is None else ex.usage.cost_usd
         if max_cost is not None and cost is not None and cost > max_cost:
-            raise _Failure(
+            raise _fail(
                 "budget_exceeded",
                 f"the call cost {cost:.6f} USD, more than budget.maxCostUsd={max_cost}",
                 {"costUsd": cost, "maxCostUsd": max_cost},
@@ -464,7 +455,7 @@ class LlmOperation(Operation):
         except ValueError as exc:
             message = f"the reply is not valid JSON: {exc}"[:PARSE_ERROR_MESSAGE]
             ex.outputs["parseErrorMessage"] = message
-            raise _Failure("output_parse_error", message) from exc
+            raise _fail("output_parse_error", message) from exc
         if validator is not None:
             error = best_match(validator.iter_errors(value))
             if error is not None:
@@ -473,7 +464,7 @@ class LlmOperation(Operation):
                     f"{error.message} (at {error.json_path})"
                 )[:PARSE_ERROR_MESSAGE]
                 ex.outputs["parseErrorMessage"] = message
-                raise _Failure(
+                raise _fail(
                     "output_parse_error",
                     message,
                     {"schemaRef": params.output.schema_ref, "path": error.json_path},

@@ -19,16 +19,14 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, fields
 from decimal import Decimal
 from functools import wraps
 from io import StringIO
 from time import monotonic
-from typing import Any, NamedTuple, TextIO, cast
+from typing import Any, TextIO, cast
 
 from liquid import BoundTemplate, Environment, Mode, RenderContext, StrictUndefined, Undefined
 from liquid.ast import Node
-from liquid.builtin.filters.array import last as _liquid_last
 from liquid.builtin.tags.for_tag import ForLoop
 from liquid.exceptions import (
     BlockNestingError,
@@ -43,77 +41,18 @@ from liquid.exceptions import (
     TemplateNotFoundError,
     UndefinedError,
 )
-from liquid.filter import int_arg, sequence_filter, with_environment
 from liquid.loader import BaseLoader
 from liquid.output import LimitedStringIO
 from liquid.parser import get_parser
 from liquid.stream import TokenStream
-from liquid.stringify import to_liquid_string
 from liquid.token import TOKEN_EXPRESSION, TOKEN_TAG, Token
 from liquid.undefined import UNDEFINED
 
-from opsrun.errors import ConfigError, TemplateError
+from ...errors import ConfigError, TemplateError
+from ._filters import last, transcript, uniq
+from ._limits import TemplateCacheInfo, TemplateLimits
 
-__all__ = ["TemplateCacheInfo", "TemplateEngine", "TemplateLimits"]
-
-
-@dataclass(frozen=True, slots=True)
-class TemplateLimits:
-    """Resource limits applied to every parse and render; all are on by default.
-
-    Attributes:
-        max_source_length: Characters of template source accepted (also for partials).
-        max_expression_length: Characters of one tag or output expression (of one line
-            inside ``{% liquid %}``).
-        block_nesting_limit: Depth of nested block tags accepted at parse time.
-        context_depth_limit: Depth of ``include``/``render`` nesting (recursion guard).
-        loop_iteration_limit: Iterations of one loop times those of its enclosing loops.
-        max_total_loop_iterations: Iterations summed over every loop in one render.
-        output_stream_limit: UTF-8 bytes of output, also bounding each ``capture``.
-        local_namespace_limit: Size of ``assign``/``capture`` variables, as liquid
-            measures it with ``sys.getsizeof``.
-        max_string_length: Characters of any string a filter takes or returns, and the
-            estimated size of text a filter builds from a collection.
-        max_collection_length: Items of any list or range a filter takes or returns.
-        max_integer_digits: Decimal digits of any integer a filter takes or returns.
-        timeout_seconds: Wall-clock budget of one parse and, separately, one render.
-    """
-
-    max_source_length: int = 65_536
-    max_expression_length: int = 4_096
-    block_nesting_limit: int = 30
-    context_depth_limit: int = 30
-    loop_iteration_limit: int = 50_000
-    max_total_loop_iterations: int = 100_000
-    output_stream_limit: int = 2_000_000
-    local_namespace_limit: int = 4_000_000
-    max_string_length: int = 1_000_000
-    max_collection_length: int = 50_000
-    max_integer_digits: int = 1_000
-    timeout_seconds: float = 0.5
-
-    def __post_init__(self) -> None:
-        """Reject non-positive limits.
-
-        Raises:
-            ConfigError: A limit is not a positive number.
-        """
-        for field in fields(self):
-            value = getattr(self, field.name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                raise ConfigError(
-                    f"TemplateLimits.{field.name} must be a positive number, got {value!r}",
-                    details={"field": field.name},
-                )
-
-
-class TemplateCacheInfo(NamedTuple):
-    """Parse-cache statistics, shaped like ``functools.lru_cache``'s ``cache_info()``."""
-
-    hits: int
-    misses: int
-    maxsize: int
-    currsize: int
+__all__ = ["TemplateEngine"]
 
 
 # --- limit errors and the per-render budget ----------------------------------------
@@ -422,86 +361,6 @@ def _guard(name: str, func: Callable[..., Any], limits: TemplateLimits) -> Calla
     return guarded
 
 
-# --- opsrun filters ----------------------------------------------------------------
-
-_NO_COUNT = object()
-
-
-@with_environment
-def _last(sequence: Any, count: object = _NO_COUNT, *, environment: Environment) -> object:
-    """``last`` keeps its standard meaning; ``last: n`` returns the last n items as a list."""
-    if count is _NO_COUNT:
-        return _liquid_last(sequence, environment=environment)
-    n = int_arg(count)
-    if n < 0:
-        raise FilterArgumentError(f"last: expected a count >= 0, found {n}", token=None)
-    if isinstance(sequence, list | tuple | range):
-        return list(sequence[-n:]) if n else []
-    if isinstance(sequence, Undefined) or sequence is None:
-        return []
-    return None
-
-
-def _content_text(content: object) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        # Multi-part message content: keep the text parts, in order.
-        return "".join(
-            str(part.get("text", ""))
-            if isinstance(part, Mapping)
-            else to_liquid_string(part, False)
-            for part in content
-        )
-    return to_liquid_string(content, False)
-
-
-def _transcript(messages: object, separator: object = "\n", **role_labels: object) -> str:
-    """Format chat messages as ``role: content`` lines joined by ``separator``."""
-    if isinstance(messages, Mapping) and not isinstance(messages, Undefined):
-        messages = [messages]
-    if not isinstance(messages, list | tuple):
-        return ""
-    sep = separator if isinstance(separator, str) else to_liquid_string(separator, False)
-    lines = []
-    for message in messages:
-        if not isinstance(message, Mapping):
-            continue
-        role = to_liquid_string(message.get("role"), False)
-        label = role_labels.get(role, role)
-        lines.append(f"{to_liquid_string(label, False)}: {_content_text(message.get('content'))}")
-    return sep.join(lines)
-
-
-@sequence_filter
-def _uniq(sequence: Sequence[Any], key: object = None) -> list[object]:
-    """liquid's ``uniq`` in linear time for hashable items (the original is quadratic)."""
-    seen: set[Any] = set()
-    seen_unhashable: list[object] = []
-    result: list[object] = []
-    for item in sequence:
-        probe = item
-        if key is not None:
-            try:
-                probe = item[key] if isinstance(item, Mapping) else None
-            except (KeyError, TypeError):
-                probe = None
-        try:
-            if probe in seen:
-                continue
-            seen.add(probe)
-        except TypeError:
-            if probe in seen_unhashable:
-                continue
-            if len(seen_unhashable) >= 1_000:
-                raise FilterArgumentError(
-                    "uniq: more than 1000 distinct unhashable items", token=None
-                ) from None
-            seen_unhashable.append(probe)
-        result.append(item)
-    return result
-
-
 # --- environment -------------------------------------------------------------------
 
 
@@ -511,9 +370,9 @@ class _SandboxEnvironment(Environment):
 
     def setup_tags_and_filters(self, *, extra: bool = False) -> None:
         super().setup_tags_and_filters(extra=extra)
-        self.filters["last"] = _last
-        self.filters["transcript"] = _transcript
-        self.filters["uniq"] = _uniq
+        self.filters["last"] = last
+        self.filters["transcript"] = transcript
+        self.filters["uniq"] = uniq
         self.filters = {
             name: _guard(name, func, self._opsrun_limits) for name, func in self.filters.items()
         }

@@ -57,9 +57,9 @@ def effective_prompt(
 ) -> EffectivePrompt:
     """Trim the history, plan the artifact inclusions and assemble the prompt.
 
-    The three steps of docs/prompt.md in one call: :func:`~opsrun.runner.trim_history`
-    (when ``window`` is given), :func:`~opsrun.runner.plan_inclusions` over the full and
-    the kept history, then :func:`~opsrun.runner.assemble_prompt` with ``effects``.
+    The three steps of docs/prompt.md in one call: :func:`trim_history`
+    (when ``window`` is given), the inclusion planner over the full and
+    the kept history, then the assembly with ``effects``.
 
     Args:
         system_prompt: The base system prompt.
@@ -88,8 +88,8 @@ def build_prompt(
 ) -> list[PromptMessage]:
     """Assemble the effective prompt from system prompt, history and prompt-time effects.
 
-    The same as :func:`~opsrun.runner.assemble_prompt` with no artifact inclusions:
-    there is one implementation of the placement rules above.
+    The same as :func:`effective_prompt` with no artifacts and no window: there is one
+    implementation of the placement rules above.
 
     Args:
         system_prompt: The base system prompt.

@@ -1,4 +1,4 @@
-"""``kind="template"``: one Liquid text rendered to a string (seed 003 §12).
+"""``kind="template"``: one Liquid text rendered to a string.
 
 The rendered string goes to ``params.writeArtifact`` and/or ``params.promptEffect``.
 A parse or render failure (syntax, ``strictVariables``, a resource limit) ends the
@@ -8,28 +8,26 @@ set outside ``before_main_llm``.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 from pydantic import BaseModel
 
-from .._redact import DEFAULT_REDACTOR, Redactor, sha256_text
+from .._redact import sha256_text
 from ..errors import TemplateError
 from ..model import ContentFormat, OperationDefinition, OperationResult, TemplateParams
-from ._context import OperationContext
-from ._kinds import done_result, failed_result, prompt_effect_problem
-from ._liquid import TemplateEngine
-from ._operation import Operation
+from ..operations import Operation, OperationContext
+from ._common import done_result, failed_result, prompt_effect_problem
+from .liquid import TemplateEngine
 
 __all__ = ["TemplateOperation"]
 
 
-class TemplateOperation(Operation):
+class TemplateOperation(Operation[TemplateParams]):
     """The implementation of ``kind="template"`` for one definition.
 
     Args:
         definition: The operation's definition (``kind="template"``).
         engine: The Liquid engine; it caches parsed templates, so share one.
-        redactor: Masks secrets in what the operation returns.
         redact_outputs: Also mask secrets in the rendered text before it is written or
             sent to the prompt (on by default).
 
@@ -37,26 +35,25 @@ class TemplateOperation(Operation):
     ``strictVariables``. ``outputsSummary``: ``renderedHash``, ``renderedLength``.
     """
 
-    params_model: ClassVar[type[BaseModel] | None] = TemplateParams
+    params_model: type[BaseModel] | None = TemplateParams
 
     def __init__(
         self,
         definition: OperationDefinition,
         *,
         engine: TemplateEngine | None = None,
-        redactor: Redactor = DEFAULT_REDACTOR,
         redact_outputs: bool = True,
     ) -> None:
         self.definition = definition
         self.engine = engine or TemplateEngine()
-        self.redactor = redactor
         self.redact_outputs = redact_outputs
 
-    async def execute(self, ctx: OperationContext) -> OperationResult:
+    async def execute(self, ctx: OperationContext[TemplateParams]) -> OperationResult:
         """Render the template and return its effects."""
-        params = ctx.params
-        if not isinstance(params, TemplateParams):
-            params = TemplateParams.model_validate(params)
+        given: object = ctx.params  # a raw dict when the catalog did not parse it
+        params = (
+            given if isinstance(given, TemplateParams) else TemplateParams.model_validate(given)
+        )
         inputs: dict[str, Any] = {
             "templateHash": sha256_text(params.template),
             "templateLength": len(params.template),
@@ -65,7 +62,7 @@ class TemplateOperation(Operation):
         problem = prompt_effect_problem(ctx, params.prompt_effect is not None)
         if problem is not None:
             return failed_result(
-                self.redactor,
+                ctx.redactor,
                 "policy_error",
                 problem,
                 None,
@@ -78,7 +75,7 @@ class TemplateOperation(Operation):
             )
         except TemplateError as exc:
             return failed_result(
-                self.redactor,
+                ctx.redactor,
                 "template_render_error",
                 exc.message,
                 exc.details,
@@ -86,7 +83,7 @@ class TemplateOperation(Operation):
                 outputs_summary={},
             )
         if self.redact_outputs:
-            text = self.redactor.redact(text)
+            text = ctx.redactor.redact(text)
         return done_result(
             ctx,
             spec=params.write_artifact,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .._config import require_at_least
 from .._redact import Redactor, sha256_text
 from ..model import (
     AugmentationStorage,
@@ -34,7 +35,7 @@ class SnapshotPolicy:
     ``augmentation``; history and system messages are always kept ``redacted``.
 
     Raises:
-        ValueError: if a limit is negative.
+        ConfigError: if a limit is negative.
     """
 
     max_message_chars: int = 2000
@@ -50,9 +51,7 @@ class SnapshotPolicy:
     """How prompt-only augmentation is stored: redacted, summary or hash_only."""
 
     def __post_init__(self) -> None:
-        for name in ("max_message_chars", "max_total_chars", "summary_chars"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"SnapshotPolicy.{name} must be >= 0")
+        require_at_least(self, 0, "max_message_chars", "max_total_chars", "summary_chars")
 
 
 def take_snapshot(

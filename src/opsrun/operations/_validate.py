@@ -1,10 +1,9 @@
-"""Save-time validation of operation profiles (seed 003 ``20-operation-profile`` §4).
+"""Save-time validation of operation profiles, used by :class:`OperationCatalog`.
 
 Every problem is reported at once, each as a :class:`~opsrun.model.ProfileIssue`
-with a stable code and the operation it concerns. Decisions beyond the seed
-(ARCHITECTURE.md): dependencies must not cross hooks (an operation's every hook
-must also be a hook of each dependency), cycles are errors, and every operation
-that writes an artifact must declare its tag statically.
+with a stable code and the operation it concerns. Dependencies must not cross hooks
+(an operation's every hook must also be a hook of each dependency), cycles are errors,
+and every operation that writes an artifact must declare its tag statically.
 """
 
 from __future__ import annotations
@@ -13,26 +12,17 @@ from collections.abc import Callable, Iterable, Mapping
 
 from pydantic import BaseModel, ValidationError
 
-from .errors import ProfileInvalid
-from .model import (
+from ..model import (
     Hook,
-    LlmParams,
     OperationDefinition,
     OperationProfile,
     ProfileIssue,
     ProfileIssueCode,
     ProfileOperation,
-    TemplateParams,
     check_tag,
 )
 
-__all__ = ["BUILTIN_PARAMS_MODELS", "ensure_valid_profile", "find_cycles", "validate_profile"]
-
-BUILTIN_PARAMS_MODELS: Mapping[str, type[BaseModel]] = {
-    "llm": LlmParams,
-    "template": TemplateParams,
-}
-"""Params models of the built-in kinds, keyed by kind."""
+__all__ = ["find_cycles", "validate_profile"]
 
 Code = ProfileIssueCode
 _Add = Callable[[ProfileIssueCode, str | None, str], None]
@@ -40,21 +30,17 @@ _Add = Callable[[ProfileIssueCode, str | None, str], None]
 
 def validate_profile(
     profile: OperationProfile,
-    catalog: Mapping[str, OperationDefinition],
-    *,
-    params_models: Mapping[str, type[BaseModel]] | None = None,
+    definitions: Mapping[str, OperationDefinition],
+    params_models: Mapping[str, type[BaseModel] | None],
 ) -> list[ProfileIssue]:
-    """Return every problem of ``profile`` against ``catalog``; an empty list means valid.
+    """Return every problem of ``profile``; an empty list means valid.
 
     Args:
         profile: The profile to check.
-        catalog: Operation definitions by operation id (an ``OperationCatalog`` works).
-        params_models: Params models keyed by operation id or by kind; the built-in
-            ``llm`` and ``template`` models are used when neither matches.
-
-    Never raises for a problem of the profile; see :func:`ensure_valid_profile`.
+        definitions: Operation definitions by operation id.
+        params_models: Each operation's own params model by operation id (None: raw
+            params, not checked).
     """
-    models = params_models or {}
     issues: list[ProfileIssue] = []
 
     def add(code: ProfileIssueCode, operation_id: str | None, message: str) -> None:
@@ -64,53 +50,18 @@ def validate_profile(
         add(Code.EMPTY_PROFILE_ID, None, "profileId must not be empty")
     if not profile.operation_profile_session_id.strip():
         add(Code.EMPTY_SESSION_ID, None, "operationProfileSessionId must not be empty")
-
-    entries: dict[str, ProfileOperation] = {}
-    for entry in profile.operations:
-        op_id = entry.operation_id
-        if not op_id.strip():
-            add(Code.EMPTY_OPERATION_ID, None, "an operation has an empty operationId")
-            continue
-        if op_id in entries:
-            add(Code.DUPLICATE_OPERATION_ID, op_id, f"operation {op_id!r} is listed twice")
-            continue
-        entries[op_id] = entry
-
+    entries = _entries(profile, add)
     writers: dict[str, list[str]] = {}
     for op_id, entry in entries.items():
-        definition = catalog.get(op_id)
+        definition = definitions.get(op_id)
         if definition is None:
             add(Code.UNKNOWN_OPERATION, op_id, f"no operation {op_id!r} in the catalog")
         else:
-            params_model = models.get(op_id) or models.get(definition.kind)
-            params_model = params_model or BUILTIN_PARAMS_MODELS.get(definition.kind)
-            params = _check_params(entry, params_model, add)
-            tag = _write_tag(entry, definition, params, add)
+            tag = _check_operation(entry, definition, params_models.get(op_id), add)
             if tag is not None:
                 writers.setdefault(tag, []).append(op_id)
-            sends_prompt = (
-                getattr(params, "prompt_effect", None) is not None
-                or definition.capabilities.prompt_effects
-            )
-            if sends_prompt and Hook.AFTER_MAIN_LLM in entry.config.hooks:
-                add(
-                    Code.PROMPT_EFFECT_AFTER_MAIN_LLM,
-                    op_id,
-                    f"{op_id!r} sends a prompt-time effect but runs in after_main_llm, "
-                    "when the prompt was already sent",
-                )
         _check_dependencies(entry, entries, add)
-
-    for tag, op_ids in sorted(writers.items()):
-        if len(op_ids) > 1:
-            for op_id in op_ids[1:]:
-                add(
-                    Code.DUPLICATE_WRITE_TAG,
-                    op_id,
-                    f"art.{tag} is written by {', '.join(map(repr, op_ids))}; "
-                    "a tag has one writer per profile",
-                )
-
+    _check_writers(writers, add)
     graph = {
         op_id: [d for d in entry.config.depends_on if d in entries and d != op_id]
         for op_id, entry in entries.items()
@@ -124,25 +75,52 @@ def validate_profile(
     return issues
 
 
-def ensure_valid_profile(
-    profile: OperationProfile,
-    catalog: Mapping[str, OperationDefinition],
-    *,
-    params_models: Mapping[str, type[BaseModel]] | None = None,
-) -> None:
-    """Check ``profile`` like :func:`validate_profile` and raise if anything is wrong.
+def _entries(profile: OperationProfile, add: _Add) -> dict[str, ProfileOperation]:
+    """The profile's operations by id; empty and repeated ids are reported and left out."""
+    entries: dict[str, ProfileOperation] = {}
+    for entry in profile.operations:
+        op_id = entry.operation_id
+        if not op_id.strip():
+            add(Code.EMPTY_OPERATION_ID, None, "an operation has an empty operationId")
+        elif op_id in entries:
+            add(Code.DUPLICATE_OPERATION_ID, op_id, f"operation {op_id!r} is listed twice")
+        else:
+            entries[op_id] = entry
+    return entries
 
-    Raises:
-        ProfileInvalid: with every issue in ``.issues`` (code ``profile_invalid``).
-    """
-    issues = validate_profile(profile, catalog, params_models=params_models)
-    if issues:
-        summary = "; ".join(f"{i.code.value}({i.operation_id or '-'})" for i in issues[:10])
-        more = f" and {len(issues) - 10} more" if len(issues) > 10 else ""
-        raise ProfileInvalid(
-            f"profile {profile.profile_id!r} has {len(issues)} problem(s): {summary}{more}",
-            issues=issues,
+
+def _check_operation(
+    entry: ProfileOperation,
+    definition: OperationDefinition,
+    params_model: type[BaseModel] | None,
+    add: _Add,
+) -> str | None:
+    """Check one operation's params and effects; return the tag it writes, if any."""
+    op_id = entry.operation_id
+    params = _check_params(entry, params_model, add)
+    tag = _write_tag(entry, definition, params, add)
+    sends_prompt = (
+        getattr(params, "prompt_effect", None) is not None or definition.capabilities.prompt_effects
+    )
+    if sends_prompt and Hook.AFTER_MAIN_LLM in entry.config.hooks:
+        add(
+            Code.PROMPT_EFFECT_AFTER_MAIN_LLM,
+            op_id,
+            f"{op_id!r} sends a prompt-time effect but runs in after_main_llm, "
+            "when the prompt was already sent",
         )
+    return tag
+
+
+def _check_writers(writers: Mapping[str, list[str]], add: _Add) -> None:
+    for tag, op_ids in sorted(writers.items()):
+        for op_id in op_ids[1:]:
+            add(
+                Code.DUPLICATE_WRITE_TAG,
+                op_id,
+                f"art.{tag} is written by {', '.join(map(repr, op_ids))}; "
+                "a tag has one writer per profile",
+            )
 
 
 def find_cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:

@@ -1,7 +1,7 @@
-"""Server-Sent Events framing for run events (seed 004 "SSE events").
+"""Server-Sent Events framing for run events .
 
 Each run event becomes one SSE message: ``id`` is the event's ``seq`` (so a client can
-send ``Last-Event-ID`` and feed :class:`~opsrun.runner.EventLog`), ``event`` its
+send ``Last-Event-ID`` and feed :class:`EventLog`), ``event`` its
 ``type``, ``data`` its compact camelCase JSON. Idle streams carry ``: keep-alive``
 comments so proxies do not close them.
 """

@@ -1,9 +1,9 @@
-"""What the built-in kinds ``llm`` and ``template`` share, and :func:`builtin_kinds`.
+"""What the built-in kinds ``llm`` and ``template`` share.
 
 Both kinds turn one string (or, for ``llm`` in JSON mode, one parsed value) into at
 most one artifact write (``params.writeArtifact``) and at most one prompt-time effect
 (``params.promptEffect``). Everything they hand back passes a
-:class:`~opsrun._redact.Redactor` first: error messages and details, summaries, and
+the run's redactor (``ctx.redactor``) first: error messages and details, summaries, and
 unless ``redact_outputs=False`` the artifact value and the prompt text too, so a key
 that slips into a template or a reply never reaches a store or an event.
 """
@@ -14,7 +14,8 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias
 
-from .._redact import DEFAULT_REDACTOR, Redactor
+from .._redact import Redactor
+from ..errors import bound_text
 from ..model import (
     AppendAfterLastUser,
     AppendAfterLastUserTarget,
@@ -24,23 +25,15 @@ from ..model import (
     InsertAtDepth,
     InsertAtDepthTarget,
     JsonValue,
-    OperationDefinition,
     OperationResult,
     PromptEffect,
     SystemUpdate,
     SystemUpdateTarget,
     WriteArtifactSpec,
 )
-from ..ports import CredentialResolver, ProviderLookup
-from ._context import OperationContext
-from ._liquid import TemplateEngine
-from ._operation import KindFactory
+from ..operations import OperationContext
 
-__all__ = [
-    "TokenCounter",
-    "approximate_tokens",
-    "builtin_kinds",
-]
+__all__ = ["TokenCounter", "approximate_tokens"]
 
 TokenCounter: TypeAlias = Callable[[str], int]
 """Counts the tokens of a text, for ``maxInputTokens``."""
@@ -73,7 +66,7 @@ def serialize(value: JsonValue) -> str:
 
 
 def artifact_write(
-    ctx: OperationContext,
+    ctx: OperationContext[Any],
     spec: WriteArtifactSpec,
     value: JsonValue,
     default_format: ContentFormat,
@@ -110,7 +103,7 @@ def prompt_effect(
 
 
 def done_result(
-    ctx: OperationContext,
+    ctx: OperationContext[Any],
     *,
     spec: WriteArtifactSpec | None,
     target: AppendAfterLastUserTarget | SystemUpdateTarget | InsertAtDepthTarget | None,
@@ -141,7 +134,7 @@ def failed_result(
     """An ``error`` result with a redacted message, details and summaries."""
     result = OperationResult.failed(
         code,
-        redactor.redact(message)[:1024],
+        bound_text(redactor.redact(message)),
         None if details is None else redactor.redact_value(dict(details)),
     )
     return result.model_copy(
@@ -152,7 +145,7 @@ def failed_result(
     )
 
 
-def prompt_effect_problem(ctx: OperationContext, has_target: bool) -> str | None:
+def prompt_effect_problem(ctx: OperationContext[Any], has_target: bool) -> str | None:
     """Why a ``promptEffect`` cannot apply in this hook, or None."""
     if has_target and ctx.hook != Hook.BEFORE_MAIN_LLM:
         return (
@@ -160,51 +153,3 @@ def prompt_effect_problem(ctx: OperationContext, has_target: bool) -> str | None
             f"runs in {ctx.hook.value}"
         )
     return None
-
-
-def builtin_kinds(
-    *,
-    providers: ProviderLookup | None = None,
-    credentials: CredentialResolver | None = None,
-    engine: TemplateEngine | None = None,
-    schemas: Mapping[str, Mapping[str, Any]] | None = None,
-    token_counter: TokenCounter | None = None,
-    redactor: Redactor = DEFAULT_REDACTOR,
-    redact_outputs: bool = True,
-) -> dict[str, KindFactory]:
-    """Factories of the built-in kinds for ``OperationCatalog(kinds=...)``.
-
-    Every operation built from them shares one :class:`TemplateEngine` (and so its
-    parse cache). ``schemas`` is read at run time, so schemas added to the mapping later
-    are found. Without ``providers`` every ``llm`` operation ends ``error(config_error)``.
-
-    Example::
-
-        catalog = OperationCatalog(kinds=builtin_kinds(providers=registry))
-        catalog.add_definition(OperationDefinition(operation_id="notes", name="Notes",
-                                                   kind="llm"))
-    """
-    # The kinds import this module's helpers, so they are imported here, not at the top.
-    from ._kind_llm import LlmOperation
-    from ._kind_template import TemplateOperation
-
-    shared_engine = engine or TemplateEngine()
-
-    def make_llm(definition: OperationDefinition) -> LlmOperation:
-        return LlmOperation(
-            definition,
-            providers=providers,
-            credentials=credentials,
-            engine=shared_engine,
-            schemas=schemas,
-            token_counter=token_counter,
-            redactor=redactor,
-            redact_outputs=redact_outputs,
-        )
-
-    def make_template(definition: OperationDefinition) -> TemplateOperation:
-        return TemplateOperation(
-            definition, engine=shared_engine, redactor=redactor, redact_outputs=redact_outputs
-        )
-
-    return {"llm": make_llm, "template": make_template}

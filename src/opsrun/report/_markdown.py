@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from ..model import AppliedEffect, FailedType, InclusionRecord, RunStatus, Usage
-from ._explain import (
+from ._types import (
     ReportArtifacts,
     ReportGeneration,
     ReportInput,

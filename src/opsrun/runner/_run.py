@@ -1,0 +1,250 @@
+"""One run from planning to finished: the phases, in order, over the run's collaborators.
+
+The driver owns the run's record and coordinates four collaborators that each get only
+what they use: the read-only :class:`RunContext`, the :class:`OperationLedger` (what each
+operation did), the :class:`Staging` area (what is committed) and the :class:`Turn` (the
+chat messages). The :class:`Scheduler` executes hooks; the main LLM call is one function.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+
+from ..model import (
+    FailedDetails,
+    FailedType,
+    Hook,
+    MainLlmCall,
+    MainLlmStatus,
+    OperationConfig,
+    OperationProfile,
+    OperationStatus,
+    PromptMessage,
+    Run,
+    RunFinished,
+    RunPhase,
+    RunPhaseChanged,
+    RunResult,
+    RunStarted,
+    RunStatus,
+    SkippedReason,
+    Trigger,
+)
+from ..operations import OperationCatalog
+from ..ports import RunStore
+from ._context import Cancellation, RunContext
+from ._events import EventEmitter
+from ._ledger import OperationLedger, OpExec
+from ._main_llm import call_main_llm
+from ._scheduler import HookView, Scheduler
+from ._staging import Staging
+from ._turn import Turn
+
+__all__ = ["RunDriver"]
+
+
+class RunDriver:
+    """Drives one claimed run through its phases and records it."""
+
+    def __init__(
+        self,
+        ctx: RunContext,
+        run: Run,
+        *,
+        profile: OperationProfile | None,
+        catalog: OperationCatalog,
+        runs: RunStore,
+        emitter: EventEmitter,
+        turn: Turn,
+    ) -> None:
+        self._ctx = ctx
+        self._profile = profile
+        self._catalog = catalog
+        self._runs = runs
+        self._emitter = emitter
+        self._turn = turn
+        self._cancellation = Cancellation(ctx.abort)
+        self._ledger = OperationLedger(emitter=emitter, redactor=ctx.redactor, now=ctx.clock.now)
+        self._staging = Staging(ctx)
+        self._scheduler = Scheduler(ctx, self._ledger, self._cancellation, emitter)
+        self._t0 = anyio.current_time()
+        self._draft: tuple[PromptMessage, ...] = ()
+        self._main_llm = MainLlmCall()
+        self.run = run
+        self.result = RunResult(run=run)
+
+    async def drive(self) -> None:
+        """Run every phase; the run is finished and stored when this returns."""
+        self._emitter.emit(RunStarted)
+        try:
+            async with anyio.create_task_group() as tg:
+                deadline_ms = self._ctx.request.deadline_ms
+                if deadline_ms is not None:
+                    tg.start_soon(self._deadline_watch, deadline_ms / 1000)
+                try:
+                    await self._phases()
+                finally:
+                    tg.cancel_scope.cancel()
+        finally:
+            self._cancellation.close()
+
+    async def _deadline_watch(self, seconds: float) -> None:
+        await anyio.sleep(seconds)
+        self._ctx.abort.abort("deadline")
+
+    async def _phases(self) -> None:
+        self._phase(RunPhase.PLANNING)
+        await self._plan()
+        if not await self._hook(Hook.BEFORE_MAIN_LLM, RunPhase.BEFORE_MAIN_LLM):
+            return
+        self._phase(RunPhase.BARRIER)
+        await self._commit(Hook.BEFORE_MAIN_LLM)
+        blocker = self._ledger.required_not_done(Hook.BEFORE_MAIN_LLM)
+        if blocker is not None:
+            self._ledger.end_all(OperationStatus.SKIPPED, SkippedReason.MAIN_LLM_NOT_RUN)
+            await self._finish(RunStatus.FAILED, FailedType.BEFORE_BARRIER, blocker)
+            return
+        if not await self._main_llm_phase():
+            return
+        if not await self._hook(Hook.AFTER_MAIN_LLM, RunPhase.AFTER_MAIN_LLM):
+            return
+        self._phase(RunPhase.COMMIT)
+        await self._commit(Hook.AFTER_MAIN_LLM)
+        blocker = self._ledger.required_not_done(Hook.AFTER_MAIN_LLM)
+        if blocker is not None:
+            await self._finish(RunStatus.FAILED, FailedType.AFTER_MAIN_LLM, blocker)
+            return
+        await self._finish(RunStatus.DONE)
+
+    def _phase(self, phase: RunPhase) -> None:
+        self.run = self.run.model_copy(update={"phase": phase})
+        self._emitter.emit(RunPhaseChanged, phase=phase)
+
+    async def _plan(self) -> None:
+        """Create the turn's user message, load the session, plan every operation."""
+        if self._ctx.request.trigger == Trigger.GENERATE:
+            await self._turn.ensure_user_message()
+        at_start = await self._staging.load()
+        if at_start:
+            self.run = self.run.model_copy(update={"artifacts_at_start": at_start})
+        profile = self._profile
+        if profile is not None and profile.enabled:
+            for entry in profile.operations:
+                for e in self._plan_operation(entry.operation_id, entry.config):
+                    self._ledger.add(e)
+        for e in self._ledger:
+            if e.terminal:
+                self._ledger.announce(e)
+        await self._runs.save_run(self.run, self._records())
+
+    def _plan_operation(self, operation_id: str, config: OperationConfig) -> list[OpExec]:
+        """One :class:`OpExec` per hook of the operation, ended when it is not to run."""
+        catalog = self._catalog
+        definition = catalog[operation_id]
+        implementation = catalog.implementation(operation_id)
+        params = catalog.parse_params(operation_id, config.params)
+        spec = getattr(params, "write_artifact", None)
+        write_tag = definition.capabilities.write_tag or (spec.tag if spec else None)
+        planned = []
+        for hook in config.hooks:
+            e = OpExec(definition, config, hook, implementation, params, write_tag)
+            if not config.enabled:
+                e.end(OperationStatus.SKIPPED, reason=SkippedReason.DISABLED)
+            elif not config.runs_on(self.run.trigger):
+                e.end(OperationStatus.SKIPPED, reason=SkippedReason.TRIGGER_MISMATCH)
+            planned.append(e)
+        return planned
+
+    async def _hook(self, hook: Hook, phase: RunPhase) -> bool:
+        """Run one hook; False when the run was aborted (and is now finished)."""
+        self._phase(phase)
+        before = hook == Hook.BEFORE_MAIN_LLM
+        if before:
+            self._draft = self._staging.effective_prompt(self._turn.history).messages
+        if not self._cancellation.aborted:
+            view = HookView(
+                history=self._turn.visible_history(hook),
+                base=self._staging.committed(),
+                prompt=self._draft if before else None,
+                main_llm=None if before else self._main_llm,
+            )
+            await self._scheduler.run_hook(hook, view)
+        if self._cancellation.aborted:
+            await self._finish_aborted()
+            return False
+        return True
+
+    async def _commit(self, hook: Hook) -> None:
+        done = [e for e in self._ledger.of_hook(hook) if e.status == OperationStatus.DONE]
+        await self._staging.commit(done, self._ledger, self._turn)
+
+    async def _main_llm_phase(self) -> bool:
+        """Call the main LLM and store its reply; False when the run ended instead."""
+        self._phase(RunPhase.MAIN_LLM)
+        await self._turn.refresh()
+        prompt = self._staging.effective_prompt(self._turn.history)
+        self._main_llm = await call_main_llm(self._ctx, self._emitter, self._cancellation, prompt)
+        if self._cancellation.aborted:
+            await self._finish_aborted()
+            return False
+        error = self._main_llm.error
+        if error is not None or self._main_llm.status != MainLlmStatus.DONE:
+            self._ledger.end_all(OperationStatus.SKIPPED, SkippedReason.MAIN_LLM_NOT_RUN)
+            details = FailedDetails(
+                error_code=error.code if error else None,
+                error_message=error.message if error else None,
+            )
+            await self._finish(RunStatus.FAILED, FailedType.MAIN_LLM, details)
+            return False
+        self._main_llm = await self._turn.store_reply(self._main_llm)
+        return True
+
+    async def _finish_aborted(self) -> None:
+        self._ledger.end_all(OperationStatus.ABORTED)
+        await self._finish(RunStatus.ABORTED)
+
+    async def _finish(
+        self,
+        status: RunStatus,
+        failed_type: FailedType | None = None,
+        details: FailedDetails | None = None,
+    ) -> None:
+        self._ledger.end_all(OperationStatus.SKIPPED, SkippedReason.MAIN_LLM_NOT_RUN)
+        now = self._ctx.clock.now()
+        aborted = status == RunStatus.ABORTED
+        self.run = self.run.model_copy(
+            update={
+                "status": status,
+                "phase": RunPhase.FINISHED,
+                "failed_type": failed_type,
+                "failed_details": details,
+                "abort_reason": self._cancellation.reason if aborted else None,
+                "finished_at": now,
+                "duration_ms": (anyio.current_time() - self._t0) * 1000,
+                "main_llm": self._recorded_main_llm(),
+                "applied_effects": tuple(self._staging.applied),
+            }
+        )
+        records = self._records()
+        with anyio.CancelScope(shield=True):
+            await self._runs.save_run(self.run, records)
+        self._emitter.emit(RunPhaseChanged, phase=RunPhase.FINISHED)
+        self._emitter.emit(
+            RunFinished, status=status, failed_type=failed_type, failed_details=details
+        )
+        self.result = RunResult(run=self.run, operation_runs=tuple(records))
+
+    def _recorded_main_llm(self) -> MainLlmCall:
+        """The main LLM call as the run records it: its text redacted.
+
+        The chat keeps the reply as generated; the run's own record is a log.
+        """
+        call = self._main_llm
+        if not call.text:
+            return call
+        return call.model_copy(update={"text": self._ctx.redactor.redact(call.text)})
+
+    def _records(self) -> list[Any]:
+        return self._ledger.records(self.run.run_id, self.run.trigger)
