@@ -7,9 +7,12 @@ callers with different limits never affect each other.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from opsrun._config import require, require_at_least
 
 __all__ = ["PathPolicy", "PlanLimits", "Severity", "Violation"]
 
@@ -18,47 +21,61 @@ _MIB = 1024 * 1024
 Severity = Literal["error", "warning"]
 
 
-class PlanLimits(BaseModel):
+def _require_int(config: object, minimum: int, maximum: int | None, *names: str) -> None:
+    """Check that each field is an ``int`` (not a bool) in ``minimum..maximum``."""
+    for name in names:
+        value = getattr(config, name)
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+        if maximum is None:
+            require(config, name, ok, f"an integer >= {minimum}")
+        else:
+            require(config, name, ok and value <= maximum, f"an integer in {minimum}..{maximum}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanLimits:
     """Size and shape limits. Defaults are the protocol's numbers.
 
     The JSON limits (``max_input_bytes``, ``max_json_depth``, ``max_number_chars``)
     guard the parser against hostile input; the others are plan rules reported by
     validation.
+
+    Raises:
+        ConfigError: a limit is not an integer (a number for ``pseudo_binary_ratio``)
+            or is out of its range; the field is named in ``details["field"]``.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    max_actions: int = 200
+    """Actions per plan."""
+    max_path_len: int = 240
+    """Characters per path."""
+    max_total_content_bytes: int = 5 * _MIB
+    """UTF-8 bytes of all content and patches together."""
+    max_file_bytes: int = 1 * _MIB
+    """UTF-8 bytes of one action's content or patch."""
+    pseudo_binary_ratio: float = 0.10
+    """Largest allowed share of non-printable bytes in content."""
+    max_input_bytes: int = 16 * _MIB
+    """UTF-8 bytes of the raw LLM answer."""
+    max_json_depth: int = 64
+    """Deepest nesting of arrays and objects."""
+    max_number_chars: int = 64
+    """Longest integer or float literal, in characters."""
+    max_fence_candidates: int = 32
+    """Fenced blocks and raw JSON starts tried in best-effort mode."""
 
-    max_actions: int = Field(default=200, ge=0, description="Actions per plan.")
-    max_path_len: int = Field(default=240, ge=1, description="Characters per path.")
-    max_total_content_bytes: int = Field(
-        default=5 * _MIB, ge=0, description="UTF-8 bytes of all content and patches together."
-    )
-    max_file_bytes: int = Field(
-        default=1 * _MIB, ge=0, description="UTF-8 bytes of one action's content or patch."
-    )
-    pseudo_binary_ratio: float = Field(
-        default=0.10,
-        ge=0.0,
-        le=1.0,
-        description="Largest allowed share of non-printable bytes in content.",
-    )
-    max_input_bytes: int = Field(
-        default=16 * _MIB, ge=1, description="UTF-8 bytes of the raw LLM answer."
-    )
-    max_json_depth: int = Field(
-        default=64, ge=1, le=512, description="Deepest nesting of arrays and objects."
-    )
-    max_number_chars: int = Field(
-        default=64, ge=1, le=4000, description="Longest integer or float literal, in characters."
-    )
-    max_fence_candidates: int = Field(
-        default=32, ge=1, description="Fenced blocks and raw JSON starts tried in best-effort mode."
-    )
+    def __post_init__(self) -> None:
+        _require_int(self, 0, None, "max_actions", "max_total_content_bytes", "max_file_bytes")
+        _require_int(self, 1, None, "max_path_len", "max_input_bytes", "max_fence_candidates")
+        _require_int(self, 1, 512, "max_json_depth")
+        _require_int(self, 1, 4000, "max_number_chars")
+        require_at_least(self, 0.0, "pseudo_binary_ratio")
+        require(self, "pseudo_binary_ratio", self.pseudo_binary_ratio <= 1.0, "a number <= 1.0")
 
 
 #: Patterns of the protocol's protected-path denylist.
 DEFAULT_PROTECTED: tuple[str, ...] = (".env", "*.pem", "*.key", "*.p12", "id_rsa*", "**/secrets/**")
-#: Seed whitelist: extensions allowed for files written when the whitelist is on.
+#: Default whitelist: extensions allowed for files written when the whitelist is on.
 DEFAULT_ALLOWED_EXTENSIONS: tuple[str, ...] = (
     ".py",
     ".ts",
@@ -76,7 +93,7 @@ DEFAULT_ALLOWED_EXTENSIONS: tuple[str, ...] = (
     ".sh",
     ".env.example",
 )
-#: Seed whitelist: extension-less names allowed when the whitelist is on.
+#: Default whitelist: extension-less names allowed when the whitelist is on.
 DEFAULT_ALLOWED_NO_EXTENSION: tuple[str, ...] = (
     "README",
     "Makefile",
@@ -85,7 +102,7 @@ DEFAULT_ALLOWED_NO_EXTENSION: tuple[str, ...] = (
     "Dockerfile",
     "LICENSE",
 )
-#: Seed whitelist: names refused at any depth when the whitelist is on.
+#: Default whitelist: names refused at any depth when the whitelist is on.
 DEFAULT_WHITELIST_FORBIDDEN: tuple[str, ...] = (
     ".env",
     "*.key",
@@ -96,50 +113,65 @@ DEFAULT_WHITELIST_FORBIDDEN: tuple[str, ...] = (
 )
 
 
-class PathPolicy(BaseModel):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PathPolicy:
     """Which paths a plan may touch, beyond the always-on safety rules.
 
     ``.git`` and ``.opsrun`` (the apply journal) are refused at any depth in any
     case regardless of this policy. Matching is case-insensitive and applies to
-    every segment of a path.
+    every segment of a path. Pattern and name fields take tuples of strings (a
+    list is stored as a tuple).
+
+    Raises:
+        ConfigError: a pattern field is not a tuple or list of strings, or a switch
+            is not a bool; the field is named in ``details["field"]``.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    protected: tuple[str, ...] = DEFAULT_PROTECTED
+    """Globs (fnmatch, per segment; ``**/x/**`` means a directory named x) that may not be
+    edited or deleted, nor created over an existing file."""
+    reserved_dirs: tuple[str, ...] = (".git", ".opsrun")
+    """Directory names refused at any depth."""
+    use_whitelist: bool = False
+    """Apply the optional extension / name whitelist."""
+    allowed_extensions: tuple[str, ...] = DEFAULT_ALLOWED_EXTENSIONS
+    """Whitelisted file name endings."""
+    allowed_no_extension: tuple[str, ...] = DEFAULT_ALLOWED_NO_EXTENSION
+    """Whitelisted extension-less names."""
+    whitelist_forbidden: tuple[str, ...] = DEFAULT_WHITELIST_FORBIDDEN
+    """Globs refused at any depth while the whitelist is on."""
+    check_elided_content: bool = True
+    """Refuse edits of existing files whose new text elides code with placeholders."""
+    check_elided_in_creates: bool = False
+    """Also check CREATE_FILE content for elision placeholders."""
+    block_unknown_memory_keys: bool = False
+    """Report unknown memory_patch keys as errors instead of warnings."""
 
-    protected: tuple[str, ...] = Field(
-        default=DEFAULT_PROTECTED,
-        description=(
-            "Globs (fnmatch, per segment; ``**/x/**`` means a directory named x) that may not "
-            "be edited or deleted, nor created over an existing file."
-        ),
-    )
-    reserved_dirs: tuple[str, ...] = Field(
-        default=(".git", ".opsrun"), description="Directory names refused at any depth."
-    )
-    use_whitelist: bool = Field(
-        default=False, description="Apply the optional extension / name whitelist."
-    )
-    allowed_extensions: tuple[str, ...] = Field(
-        default=DEFAULT_ALLOWED_EXTENSIONS, description="Whitelisted file name endings."
-    )
-    allowed_no_extension: tuple[str, ...] = Field(
-        default=DEFAULT_ALLOWED_NO_EXTENSION, description="Whitelisted extension-less names."
-    )
-    whitelist_forbidden: tuple[str, ...] = Field(
-        default=DEFAULT_WHITELIST_FORBIDDEN,
-        description="Globs refused at any depth while the whitelist is on.",
-    )
-    check_elided_content: bool = Field(
-        default=True,
-        description="Refuse edits of existing files whose new text elides code with placeholders.",
-    )
-    check_elided_in_creates: bool = Field(
-        default=False, description="Also check CREATE_FILE content for elision placeholders."
-    )
-    block_unknown_memory_keys: bool = Field(
-        default=False,
-        description="Report unknown memory_patch keys as errors instead of warnings.",
-    )
+    def __post_init__(self) -> None:
+        for name in _PATTERN_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, list):
+                value = tuple(value)
+                object.__setattr__(self, name, value)
+            ok = isinstance(value, tuple) and all(isinstance(item, str) for item in value)
+            require(self, name, ok, "a tuple of strings")
+        for name in _SWITCHES:
+            require(self, name, isinstance(getattr(self, name), bool), "a bool")
+
+
+_PATTERN_FIELDS = (
+    "protected",
+    "reserved_dirs",
+    "allowed_extensions",
+    "allowed_no_extension",
+    "whitelist_forbidden",
+)
+_SWITCHES = (
+    "use_whitelist",
+    "check_elided_content",
+    "check_elided_in_creates",
+    "block_unknown_memory_keys",
+)
 
 
 class Violation(BaseModel):
