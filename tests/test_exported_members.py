@@ -1,9 +1,12 @@
-"""Each public package's ``__all__`` and its namespace stay in step (as httpx checks its own)."""
+"""The public surface: each public module exports exactly the names listed here.
+
+A name added to or dropped from a public module is an API change: it must change this
+file too (httpx keeps its own ``__all__`` in step the same way).
+"""
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import inspect
 from types import ModuleType
 
@@ -13,74 +16,130 @@ import opsrun
 import opsrun.errors
 from opsrun.errors import OpsrunError
 
-PUBLIC_MODULES = [
-    "opsrun",
-    "opsrun.errors",
-    "opsrun.model",
-    "opsrun.runner",
-    "opsrun.stores",
-    "opsrun.protocol",
-    "opsrun.testing",
-    "opsrun.providers",
-]
+EXPECTED: dict[str, str] = {
+    "opsrun": """
+        AbortSignal AppendAfterLastUser ConfigError Hook InMemoryStores InsertAtDepth
+        Operation OperationCatalog OperationConfig OperationContext OperationDefinition
+        OperationFailed OperationProfile OperationResult OpsrunError ProfileInvalid
+        ProfileOperation Redactor RunRequest RunResult Runner SyncOperation SystemUpdate
+        builtin_kinds
+    """,
+    "opsrun.errors": """
+        ApplyError ArtifactConflict ConfigError NotFound OperationFailed OpsrunError
+        PatchError PlanError ProfileInvalid ProviderError ProviderTimeout RateLimited
+        ResponseFormatRejected RunError StoreError TemplateError bound_details
+        bound_text
+    """,
+    "opsrun.model": """
+        AfterLastUser AfterMessageId Anchor AppendAfterLastUser
+        AppendAfterLastUserTarget AppliedEffect Artifact ArtifactRef ArtifactUsage
+        ArtifactVersion ArtifactWrite AssistantBlocks AssistantMeta AssistantVariant
+        AugmentationStorage BeforeLastAssistant Budget ChatMessage ChatRole
+        ContentFormat DebugConfig DomainRole DurableRetention FailedDetails FailedType
+        FinishReason Hook InclusionAction InclusionRecord InsertAtDepth
+        InsertAtDepthTarget JsonObject JsonValue LlmParams MainLlmCall MainLlmDelta
+        MainLlmFinished MainLlmStarted MainLlmStatus MessageVariant Model
+        OperationCapabilities OperationConfig OperationDefinition OperationEffects
+        OperationError OperationFinished OperationProfile OperationProfileSession
+        OperationProfileSessionKey OperationResult OperationRun OperationStarted
+        OperationStatus OutputSpec OverwriteRetention Phase ProfileIssue
+        ProfileIssueCode ProfileOperation PromptEffect PromptEffectAdapter
+        PromptEffectTarget PromptInclusion PromptMessage PromptSnapshot PromptSource
+        RelativeToAnchor RelativeToEnd Retention RetentionAdapter RetryPolicy Run
+        RunEvent RunEventAdapter RunFinished RunPhase RunPhaseChanged RunRequest
+        RunResult RunStarted RunStatus Samplers SkippedReason SnapshotMessage
+        SystemUpdate SystemUpdateTarget Tag TemplateParams Trigger TrimmedEntry
+        TurnEffect TurnEffectAdapter UiPresentation Usage UserVariant VersionSelector
+        WindowRetention WriteArtifactSpec check_tag profile_json_schema
+    """,
+    "opsrun.operations": """
+        AbortSignal FunctionOperation KindFactory Operation OperationCatalog
+        OperationContext OperationFn RunMeta SyncOperation
+    """,
+    "opsrun.kinds": """
+        LlmOperation TemplateOperation TokenCounter approximate_tokens builtin_kinds
+    """,
+    "opsrun.kinds.liquid": """
+        TemplateCacheInfo TemplateEngine TemplateLimits
+    """,
+    "opsrun.prompt": """
+        EffectivePrompt HistoryWindow SnapshotPolicy TrimReason TrimResult
+        TrimmedMessage effective_prompt prompt_hash take_snapshot to_provider_messages
+        trim_history
+    """,
+    "opsrun.report": """
+        EventLog ReportArtifacts ReportExcerpt ReportGeneration ReportInput
+        ReportMessage ReportOperation ReportOutcome ReportPrivacy ReportPrompt
+        ReportStart RunReport SessionView artifact_diff build_report render_markdown
+        session_view sse_comment sse_event sse_stream ui_projection
+    """,
+    "opsrun.runner": """
+        DEFAULT_CONCURRENCY Executor InProcessExecutor Runner SystemClock ThreadExecutor
+        UuidIds
+    """,
+    "opsrun.stores": """
+        ArchivedVersion InMemoryArchive InMemoryChatStore InMemoryProfileStore
+        InMemoryRunStore InMemorySessionStore InMemoryStores
+    """,
+    "opsrun.providers": """
+        CredentialResolver EnvCredentials LlmProvider LlmRequest LlmResponse
+        ProviderCapabilities ProviderRegistry ResponseFormat
+    """,
+    "opsrun.ports": """
+        ArtifactArchive ChatStore Clock CredentialResolver EventSink IdFactory
+        LlmProvider LlmRequest LlmResponse MainLlm MainLlmDone MainLlmRequest
+        ProfileStore ProviderCapabilities ProviderFinishReason ProviderLookup
+        ProviderMessage ResponseFormat RunStore STRUCTURED_OUTPUT_LEVELS SessionStore
+        Stores StructuredOutput
+    """,
+    "opsrun.redaction": """
+        DEFAULT_REDACTOR MASK Redactor StreamRedactor redact_text redact_value
+    """,
+}
+"""Every public module and its exact ``__all__`` (whitespace-separated)."""
+
+PUBLIC_MODULES = [*EXPECTED, "opsrun.protocol", "opsrun.testing"]
 
 
-def _module_with_all(name: str) -> ModuleType:
-    if importlib.util.find_spec(name) is None:
-        pytest.skip(f"{name} does not exist yet")
-    module = importlib.import_module(name)
-    if not hasattr(module, "__all__"):
-        pytest.skip(f"{name} defines no __all__ yet")
-    return module
+def _module(name: str) -> ModuleType:
+    return importlib.import_module(name)
 
 
-def _defined_in_opsrun(obj: object) -> bool:
-    if not (inspect.isclass(obj) or inspect.isfunction(obj)):
-        return False
-    return getattr(obj, "__module__", "").split(".")[0] == "opsrun"
+@pytest.mark.parametrize("module_name", sorted(EXPECTED))
+def test_all_is_exactly_the_public_surface(module_name: str) -> None:
+    module = _module(module_name)
+    assert sorted(module.__all__) == sorted(EXPECTED[module_name].split())
 
 
 @pytest.mark.parametrize("module_name", PUBLIC_MODULES)
-def test_all_names_exist(module_name: str) -> None:
-    module = _module_with_all(module_name)
-    exported = list(module.__all__)
+def test_all_names_exist_once(module_name: str) -> None:
+    exported = list(_module(module_name).__all__)
     assert len(exported) == len(set(exported)), "duplicate names in __all__"
-    missing = [name for name in exported if not hasattr(module, name)]
-    assert missing == []
+    assert [name for name in exported if not hasattr(_module(module_name), name)] == []
 
 
 @pytest.mark.parametrize("module_name", PUBLIC_MODULES)
 def test_public_members_are_exported(module_name: str) -> None:
-    module = _module_with_all(module_name)
+    module = _module(module_name)
     public = {
         name
         for name, obj in vars(module).items()
-        if not name.startswith("_") and _defined_in_opsrun(obj)
+        if not name.startswith("_")
+        and (inspect.isclass(obj) or inspect.isfunction(obj))
+        and getattr(obj, "__module__", "").startswith(module_name)
     }
     assert public - set(module.__all__) == set()
 
 
 @pytest.mark.parametrize("module_name", PUBLIC_MODULES)
 def test_exported_errors_belong_to_the_tree(module_name: str) -> None:
-    module = _module_with_all(module_name)
+    module = _module(module_name)
     for name in module.__all__:
         obj = getattr(module, name)
         if inspect.isclass(obj) and issubclass(obj, BaseException):
             assert issubclass(obj, OpsrunError), name
-            default_code = obj.default_code
-            assert isinstance(default_code, str), name
-            assert default_code.strip(), name
-
-
-def test_every_error_class_is_exported_from_the_top_level() -> None:
-    errors = {
-        name
-        for name, obj in vars(opsrun.errors).items()
-        if inspect.isclass(obj) and issubclass(obj, OpsrunError)
-    }
-    assert errors <= set(opsrun.__all__)
-    for name in errors:
-        assert getattr(opsrun, name) is getattr(opsrun.errors, name)
+            assert isinstance(obj.default_code, str), name
+            assert obj.default_code.strip(), name
 
 
 def test_error_codes_are_distinct() -> None:
@@ -93,12 +152,23 @@ def test_error_codes_are_distinct() -> None:
     assert len(codes) == len(set(codes))
 
 
-def test_top_level_reexports_are_the_same_objects() -> None:
-    import opsrun.model as model
-
+def test_top_level_names_are_the_subpackages_objects() -> None:
+    homes = [_module(name) for name in sorted(EXPECTED) if name != "opsrun"]
     for name in opsrun.__all__:
-        if hasattr(model, name):
-            assert getattr(opsrun, name) is getattr(model, name), name
+        owners = [m for m in homes if name in m.__all__]
+        assert owners, f"{name} has no home subpackage"
+        assert all(getattr(m, name) is getattr(opsrun, name) for m in owners), name
+
+
+def test_one_name_means_one_thing() -> None:
+    seen: dict[str, object] = {}
+    for module_name in PUBLIC_MODULES:
+        module = _module(module_name)
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if name in seen and (inspect.isclass(obj) or inspect.isfunction(obj)):
+                assert seen[name] is obj, f"{name} means two things ({module_name})"
+            seen.setdefault(name, obj)
 
 
 def test_version() -> None:
