@@ -76,7 +76,7 @@ def test_check_failure_rolls_back_byte_identical(project: Path) -> None:
     plan = sample_plan(project)
     argv = [sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"]
     with pytest.raises(ApplyError) as info:
-        apply_plan(plan, project, argv, allow_delete=True)
+        apply_plan(plan, project, check=argv, allow_delete=True)
     assert info.value.code == "ERR_CHECK_FAILED"
     assert info.value.details["returncode"] == 3
     assert "boom" in info.value.details["output"]
@@ -96,7 +96,7 @@ def test_check_sees_the_new_tree_and_callable_checks(project: Path) -> None:
     assert error_code(project, plan, check=check, allow_delete=True) == "ERR_CHECK_FAILED"
     assert seen == ["x = 1\n"]
     assert picture(project) == before
-    ok = apply_plan(plan, project, [sys.executable, "-c", "print('fine')"], allow_delete=True)
+    ok = apply_plan(plan, project, check=[sys.executable, "-c", "print('fine')"], allow_delete=True)
     assert ok.check_returncode == 0
     assert "fine" in ok.check_output
 
@@ -106,7 +106,7 @@ def test_check_timeout_rolls_back(project: Path) -> None:
     argv = [sys.executable, "-c", "import time; time.sleep(30)"]
     plan = plan_of(Action(kind=ActionKind.CREATE_FILE, path="n.txt", content="n\n"))
     with pytest.raises(ApplyError) as info:
-        apply_plan(plan, project, argv, check_timeout=0.5)
+        apply_plan(plan, project, check=argv, check_timeout=0.5)
     assert info.value.code == "ERR_CHECK_FAILED"
     assert info.value.details["timed_out"] is True
     assert picture(project) == before

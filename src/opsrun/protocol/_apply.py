@@ -158,8 +158,8 @@ def _as_apply_error(exc: BaseException) -> ApplyError:
 def apply_plan(
     plan: Plan,
     root: str | os.PathLike[str],
-    check: CheckCommand | None = None,
     *,
+    check: CheckCommand | None = None,
     allow_delete: bool = False,
     check_timeout: float = 600.0,
     read_paths: Collection[str] | None = None,

@@ -105,7 +105,7 @@ def _apply(
         result = apply_plan(
             plan,
             args.root,
-            check,
+            check=check,
             allow_delete=args.allow_delete,
             check_timeout=args.check_timeout,
         )

@@ -37,7 +37,7 @@ class FileSystem:
     def before(self, op: str) -> None:
         """Called before every system call; raise ``OSError`` here to inject a fault."""
 
-    def open(self, name: str, flags: int, mode: int = 0o600, *, dir_fd: int | None = None) -> int:
+    def open(self, name: str, flags: int, *, mode: int = 0o600, dir_fd: int | None = None) -> int:
         """``os.open`` relative to ``dir_fd``."""
         self.before("open")
         return os.open(name, flags | _O_CLOEXEC, mode, dir_fd=dir_fd)
@@ -310,7 +310,7 @@ class Tree:
                     details={"path": path},
                 )
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW
-            file_fd = self.fs.open(temp, flags, 0o600, dir_fd=fd)
+            file_fd = self.fs.open(temp, flags, mode=0o600, dir_fd=fd)
             try:
                 self.fs.write(file_fd, data)
                 self.fs.fchmod(file_fd, mode)

@@ -164,9 +164,8 @@ def lock(tree: Tree) -> int:
     assert found is not None
     dir_fd, leaf = found
     try:
-        fd = tree.fs.open(
-            leaf, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600, dir_fd=dir_fd
-        )
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+        fd = tree.fs.open(leaf, flags, mode=0o600, dir_fd=dir_fd)
     finally:
         tree.fs.close(dir_fd)
     try:

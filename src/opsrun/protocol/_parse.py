@@ -124,9 +124,9 @@ def _eol_plan(plan: Plan) -> Plan:
 
 def parse_plan(
     text: str | bytes,
+    *,
     version: int = 2,
     strict: bool = False,
-    *,
     limits: PlanLimits | None = None,
     eol: bool = False,
 ) -> Plan:

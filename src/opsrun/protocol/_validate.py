@@ -71,6 +71,7 @@ def _read_key(path: str) -> str:
 
 def validate_plan(
     plan: Plan,
+    *,
     mode: Mode = "apply",
     root: str | os.PathLike[str] | None = None,
     read_paths: Collection[str] | None = None,
