@@ -22,12 +22,20 @@ from pathlib import Path
 
 import anyio
 
-from opsrun import OperationDefinition, OperationProfile, OperationResult, RunRequest
-from opsrun.model import Artifact, OperationProfileSessionKey, RunResult
-from opsrun.ports import LlmRequest
-from opsrun.providers import ProviderRegistry
-from opsrun.runner import OperationCatalog, OperationContext, Runner, builtin_kinds
-from opsrun.stores import InMemoryStores
+from opsrun import (
+    InMemoryStores,
+    OperationCatalog,
+    OperationContext,
+    OperationDefinition,
+    OperationProfile,
+    OperationResult,
+    Runner,
+    RunRequest,
+    RunResult,
+    builtin_kinds,
+)
+from opsrun.model import Artifact
+from opsrun.providers import LlmRequest, ProviderRegistry
 from opsrun.testing import FunctionProvider, OfflineMainLlm
 
 PROFILE_PATH = Path(__file__).resolve().parent / "notes_and_stats.profile.json"
@@ -72,15 +80,8 @@ def build_catalog(registry: ProviderRegistry) -> OperationCatalog:
 
 async def artifacts_of(stores: InMemoryStores, result: RunResult) -> dict[str, Artifact]:
     """The persisted artifacts of the run's profile session."""
-    run = result.run
-    assert run.profile_ref is not None
-    assert run.operation_profile_session_id is not None
-    key = OperationProfileSessionKey(
-        chat_id=run.chat_id,
-        branch_id=run.branch_id,
-        profile_ref=run.profile_ref,
-        operation_profile_session_id=run.operation_profile_session_id,
-    )
+    key = result.run.session_key
+    assert key is not None
     return await stores.sessions.get_artifacts(key)
 
 
@@ -93,10 +94,7 @@ async def main() -> int:
     main_llm = OfflineMainLlm()
     runner = Runner(
         catalog=build_catalog(ProviderRegistry({"offline": provider})),
-        profiles=stores.profiles,
-        sessions=stores.sessions,
-        chats=stores.chats,
-        runs=stores.runs,
+        stores=stores,
         main_llm=main_llm,
     )
     panel: Artifact | None = None

@@ -19,30 +19,37 @@ from typing import Any
 import anyio
 from rp_operations import Classifier, build_catalog  # the sibling module (script dir is on path)
 
-from opsrun import OperationDefinition, OperationProfile, ProfileIssue, validate_profile
-from opsrun.model import (
-    MainLlmDelta,
-    MainLlmFinished,
+from opsrun import (
+    InMemoryStores,
+    OperationCatalog,
     OperationConfig,
-    OperationFinished,
-    OperationProfileSessionKey,
-    OperationStarted,
+    OperationDefinition,
+    OperationProfile,
     ProfileOperation,
-    RunEvent,
-    RunFinished,
-    RunPhaseChanged,
+    Runner,
     RunRequest,
     RunResult,
 )
-from opsrun.runner import HistoryWindow, Runner
-from opsrun.stores import InMemoryStores
+from opsrun.model import (
+    MainLlmDelta,
+    MainLlmFinished,
+    OperationFinished,
+    OperationProfileSessionKey,
+    OperationStarted,
+    ProfileIssue,
+    RunEvent,
+    RunFinished,
+    RunPhaseChanged,
+)
+from opsrun.prompt import HistoryWindow
+from opsrun.report import render_markdown
 from opsrun.testing import OfflineMainLlm
 
 HERE = Path(__file__).resolve().parent
 PROFILE_PATH = HERE / "rp_basic.profile.json"
 CATALOG_PATH = HERE / "rp_basic.catalog.json"
 
-Catalog = dict[str, OperationDefinition]
+Definitions = dict[str, OperationDefinition]
 
 
 def load_profile(path: Path = PROFILE_PATH) -> OperationProfile:
@@ -50,7 +57,7 @@ def load_profile(path: Path = PROFILE_PATH) -> OperationProfile:
     return OperationProfile.model_validate_json(path.read_text(encoding="utf-8"))
 
 
-def load_catalog(path: Path = CATALOG_PATH) -> Catalog:
+def load_catalog(path: Path = CATALOG_PATH) -> Definitions:
     """Read a JSON list of OperationDefinitions and index it by operationId."""
     raw = json.loads(path.read_text(encoding="utf-8"))
     definitions = [OperationDefinition.model_validate(item) for item in raw]
@@ -114,9 +121,11 @@ def format_issues(issues: list[ProfileIssue], width: int | None = None) -> str:
     return "\n".join(lines)
 
 
-def show_validation(title: str, profile: OperationProfile, catalog: Catalog) -> list[ProfileIssue]:
+def show_validation(
+    title: str, profile: OperationProfile, catalog: OperationCatalog
+) -> list[ProfileIssue]:
     """Validate ``profile`` against ``catalog``, print the outcome and return the issues."""
-    issues = validate_profile(profile, catalog)
+    issues = catalog.validate(profile)
     print(f"== {title}: profile {profile.profile_id!r}, {len(profile.operations)} operations")
     if not issues:
         print("valid: no issues")
@@ -171,21 +180,18 @@ def summarize(result: RunResult) -> str:
     return f"run {result.status.value}{failed}; {ops}"
 
 
-async def play(profile: OperationProfile, catalog_defs: Catalog) -> None:
+async def play(
+    profile: OperationProfile, catalog: OperationCatalog, classifier: Classifier
+) -> None:
     """Three turns, one regenerate and one run that fails the barrier."""
-    stores = InMemoryStores([profile])
-    classifier = Classifier()
+    stores = InMemoryStores([profile])  # its archive keeps the versions history prunes
     main_llm = OfflineMainLlm()
     runner = Runner(
-        catalog=build_catalog(catalog_defs, classifier),
-        profiles=stores.profiles,
-        sessions=stores.sessions,
-        chats=stores.chats,
-        runs=stores.runs,
+        catalog=catalog,
+        stores=stores,
         main_llm=main_llm,
         events=PrintEvents(),
         window=HistoryWindow(max_messages=4),  # the prompt keeps the newest four messages
-        archive=stores.archive,  # versions pruned from history are kept here
     )
     system = "You are the narrator of a short fantasy role-play."
 
@@ -225,7 +231,7 @@ async def play(profile: OperationProfile, catalog_defs: Catalog) -> None:
     )
 
     print("== why this answer? (the debug report of turn 3, regenerated)")
-    print((await runner.explain(regenerated.run.run_id)).to_markdown())
+    print(render_markdown(await runner.explain(regenerated.run.run_id)))
 
     key = OperationProfileSessionKey(
         chat_id="demo",
@@ -248,10 +254,11 @@ async def play(profile: OperationProfile, catalog_defs: Catalog) -> None:
 def main() -> int:
     """Validate the shipped profile and a broken copy, then run the profile."""
     profile = load_profile()
-    catalog = load_catalog()
+    classifier = Classifier()
+    catalog = build_catalog(load_catalog(), classifier)
     show_validation("RP basic as shipped", profile, catalog)
     show_validation("RP basic with four mistakes", broken_variant(profile), catalog)
-    anyio.run(play, profile, catalog)
+    anyio.run(play, profile, catalog, classifier)
     return 0
 
 

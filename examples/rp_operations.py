@@ -1,6 +1,6 @@
 """The four operations of the "RP basic" profile, written against opsrun's public API.
 
-Each one is a small subclass of :class:`opsrun.runner.Operation`; the runner gives them
+Each one is a small subclass of :class:`opsrun.Operation`; the runner gives them
 parallelism, dependencies, timeouts, the barrier and deterministic commit for free.
 """
 
@@ -9,9 +9,17 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from opsrun import OperationDefinition, OperationFailed
-from opsrun.model import AppendAfterLastUser, ChatRole, InsertAtDepth, OperationResult
-from opsrun.runner import Operation, OperationCatalog, OperationContext
+from opsrun import (
+    AppendAfterLastUser,
+    InsertAtDepth,
+    Operation,
+    OperationCatalog,
+    OperationContext,
+    OperationDefinition,
+    OperationFailed,
+    OperationResult,
+)
+from opsrun.model import ChatRole, LlmParams
 
 COMBAT_WORDS = re.compile(r"\b(attack|sword|fight|strike|bandit|arrow)s?\b", re.IGNORECASE)
 
@@ -67,17 +75,21 @@ class CombatRetrieval(Operation):
         )
 
 
-class AugmentationNotes(Operation):
+class AugmentationNotes(Operation[LlmParams]):
     """Writes short notes for the main model, inserted after the user message.
 
     In production this is an ``llm`` operation calling an auxiliary model; here it
-    derives the notes deterministically so the demo runs offline.
+    derives the notes deterministically so the demo runs offline. Its params model is the
+    ``llm`` kind's, so the catalog validates the profile's params as it would for the
+    built-in kind.
     """
+
+    params_model = LlmParams
 
     def __init__(self, definition: OperationDefinition) -> None:
         self.definition = definition
 
-    async def execute(self, ctx: OperationContext) -> OperationResult:
+    async def execute(self, ctx: OperationContext[LlmParams]) -> OperationResult:
         state = ctx.art_value("world_state") or {}
         location = state.get("location", "unknown") if isinstance(state, Mapping) else "unknown"
         notes = f"- Scene location: {location}.\n- Keep the narrator's voice terse."

@@ -1,7 +1,7 @@
 """Stream a demo run's events to a browser or curl as Server-Sent Events.
 
 Standard library only: ``http.server`` answers ``GET /events`` by starting one offline
-run and writing its events as they happen, framed by ``opsrun.runner._sse``. The server
+run and writing its events as they happen, framed by :func:`opsrun.report.sse_stream`. The server
 handles a bounded number of requests and stops by itself; importing this module does
 not listen.
 
@@ -20,19 +20,21 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 
-from opsrun.model import (
+from opsrun import (
     AppendAfterLastUser,
     Hook,
+    InMemoryStores,
+    OperationCatalog,
     OperationConfig,
+    OperationContext,
     OperationProfile,
     OperationResult,
     ProfileOperation,
-    RunEvent,
+    Runner,
     RunRequest,
 )
-from opsrun.runner import OperationCatalog, OperationContext, Runner
-from opsrun.runner._sse import sse_stream
-from opsrun.stores import InMemoryStores
+from opsrun.model import RunEvent
+from opsrun.report import sse_stream
 from opsrun.testing import OfflineMainLlm
 
 IDLE_TIMEOUT_S = 60.0
@@ -70,13 +72,9 @@ def demo_runner(sink: StreamSink) -> Runner:
             ),
         ),
     )
-    stores = InMemoryStores([profile])
     return Runner(
         catalog=catalog,
-        profiles=stores.profiles,
-        sessions=stores.sessions,
-        chats=stores.chats,
-        runs=stores.runs,
+        stores=InMemoryStores([profile]),
         main_llm=OfflineMainLlm(chunk_size=8, delay=0.02),
         events=sink,
     )
