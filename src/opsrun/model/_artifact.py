@@ -1,7 +1,6 @@
 """Artifacts ``art.<tag>``: values, versions, retention and how they reach prompt and UI.
 
-Seed 003 §3.3 and seed 004 "Artifacts" define the shape; ARCHITECTURE.md fixes
-that ``history`` holds previous values newest first and never the current one.
+``history`` holds previous values, newest first, and never the current one.
 """
 
 from __future__ import annotations
@@ -132,7 +131,7 @@ class VersionSelector(Model):
 
 
 class PromptInclusion(Model):
-    """How an artifact enters the effective prompt (seed 004 "Artifacts in prompt").
+    """How an artifact enters the effective prompt
 
     ``mode`` is the shorthand; the other fields refine or replace it. With
     ``mode="none"`` (the default) the artifact never enters the prompt.
@@ -273,7 +272,7 @@ class ArtifactWrite(Model):
 
 
 class WriteArtifactSpec(Model):
-    """Where an operation writes its one artifact (seed 11 §2.5 ``writeArtifact``)."""
+    """Where an operation writes its one artifact (``writeArtifact``)."""
 
     tag: Tag
     """The artifact tag, declared statically."""

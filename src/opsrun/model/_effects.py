@@ -1,4 +1,4 @@
-"""What an operation returns: status, effects in three layers, and a stable error (seed 003 §4.4).
+"""What an operation returns: status, effects in three layers, and a stable error.
 
 Effects apply only when the operation ends ``done``, at commit, in deterministic order.
 """

@@ -1,4 +1,4 @@
-"""The closed vocabularies of the run engine (seed 003)."""
+"""The closed vocabularies of the run engine."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ class RunStatus(StrEnum):
 
 
 class FailedType(StrEnum):
-    """Which part of a ``failed`` run failed (seed 003 §7.1)."""
+    """Which part of a ``failed`` run failed."""
 
     BEFORE_BARRIER = "before_barrier"
     MAIN_LLM = "main_llm"
@@ -84,7 +84,7 @@ class MainLlmStatus(StrEnum):
 
 
 class FinishReason(StrEnum):
-    """Why the main LLM call ended (seed 003 §8.1.2)."""
+    """Why the main LLM call ended."""
 
     COMPLETED = "completed"
     USER_ABORT = "user_abort"

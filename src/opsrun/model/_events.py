@@ -1,4 +1,4 @@
-"""Run events (seed 003 §8.1): progress a UI can show, each numbered by a per-run ``seq``."""
+"""Run events: progress a UI can show, each numbered by a per-run ``seq``."""
 
 from __future__ import annotations
 

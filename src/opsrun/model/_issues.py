@@ -8,7 +8,7 @@ from ._base import Model
 
 
 class ProfileIssueCode(StrEnum):
-    """Stable codes of save-time profile problems (seed 003 ``20-operation-profile`` §4)."""
+    """Stable codes of save-time profile problems."""
 
     EMPTY_PROFILE_ID = "empty_profile_id"
     EMPTY_SESSION_ID = "empty_session_id"

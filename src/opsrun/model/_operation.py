@@ -1,4 +1,4 @@
-"""Operation definitions, their configuration in a profile, and profile sessions (seed 003)."""
+"""Operation definitions, their configuration in a profile, and profile sessions."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ class OperationCapabilities(Model):
 
 
 class OperationDefinition(Model):
-    """What an operation is: identity and dispatch (seed 003 §4.1). Lives in a catalog."""
+    """What an operation is: identity and dispatch Lives in a catalog."""
 
     operation_id: str = Field(min_length=1)
     """Stable id, e.g. ``builtin:world_state_update``."""
@@ -47,7 +47,7 @@ class DebugConfig(Model):
 
 
 class OperationConfig(Model):
-    """How an operation is configured in one profile (seed 003 §4.2)."""
+    """How an operation is configured in one profile."""
 
     enabled: bool = True
     """Disabled operations are recorded as ``skipped(disabled)``."""
@@ -91,7 +91,7 @@ class ProfileOperation(Model):
 
 
 class OperationProfile(Model):
-    """A stored set of configured operations (seed 003 ``20-operation-profile``).
+    """A stored set of configured operations.
 
     The profile only stores configuration; the runner plans and executes it.
     """

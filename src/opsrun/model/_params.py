@@ -1,4 +1,4 @@
-"""Params models of the built-in kinds ``llm`` (seed 003 §11) and ``template`` (§12)."""
+"""Params models of the built-in kinds ``llm`` and ``template``."""
 
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ class RetryPolicy(Model):
 
 
 class LlmParams(Model):
-    """``params`` of ``kind="llm"``: one aux LLM call per operation run (seed 003 §11)."""
+    """``params`` of ``kind="llm"``: one aux LLM call per operation run."""
 
     provider_ref: str = Field(min_length=1)
     """Provider in the host's registry; no secrets."""
@@ -126,7 +126,7 @@ class LlmParams(Model):
 
 
 class TemplateParams(Model):
-    """``params`` of ``kind="template"``: one Liquid text rendered to a string (seed 003 §12)."""
+    """``params`` of ``kind="template"``: one Liquid text rendered to a string."""
 
     template: str
     """The text; Liquid syntax is optional."""

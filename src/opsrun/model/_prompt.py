@@ -21,7 +21,7 @@ InclusionAction: TypeAlias = Literal["insert", "replace", "wrap", "merge_section
 class AugmentationStorage(StrEnum):
     """How prompt-only augmentation (effects, artifact inclusions) is kept in records.
 
-    Seed 004 ``55-logging``: working notes are never stored raw by default.
+    Working notes are never stored raw by default.
     """
 
     REDACTED = "redacted"

@@ -249,10 +249,10 @@ class ArchivedVersion(NamedTuple):
 
 
 class InMemoryStores:
-    """All in-memory stores together, ready to hand to a ``Runner``.
+    """All in-memory stores together: ``Runner(stores=InMemoryStores(...))``.
 
-    ``archive`` is an :class:`InMemoryArchive`; pass it as ``Runner(archive=...)`` to
-    keep pruned artifact versions.
+    ``archive`` is an :class:`InMemoryArchive` that keeps the artifact versions retention
+    prunes; the runner uses it along with the other stores.
     """
 
     def __init__(self, profiles: Sequence[OperationProfile] = ()) -> None:
