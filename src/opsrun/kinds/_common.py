@@ -19,7 +19,6 @@ from ..errors import bound_text
 from ..model import (
     AppendAfterLastUser,
     AppendAfterLastUserTarget,
-    ArtifactWrite,
     ContentFormat,
     Hook,
     InsertAtDepth,
@@ -65,28 +64,6 @@ def serialize(value: JsonValue) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def artifact_write(
-    ctx: OperationContext[Any],
-    spec: WriteArtifactSpec,
-    value: JsonValue,
-    default_format: ContentFormat,
-) -> ArtifactWrite:
-    """The write of ``value`` to ``spec.tag``, based on the version the operation read."""
-    current = ctx.artifacts.get(spec.tag)
-    return ArtifactWrite(
-        tag=spec.tag,
-        value=value,
-        persisted=spec.persisted,
-        usage=spec.usage,
-        semantics=spec.semantics,
-        format=spec.format or default_format,
-        based_on_version=None if current is None else current.version,
-        retention=spec.retention,
-        prompt_inclusion=spec.prompt_inclusion,
-        ui_presentation=spec.ui_presentation,
-    )
-
-
 def prompt_effect(
     target: AppendAfterLastUserTarget | SystemUpdateTarget | InsertAtDepthTarget,
     content: str,
@@ -113,7 +90,7 @@ def done_result(
     outputs_summary: dict[str, Any],
 ) -> OperationResult:
     """A ``done`` result writing ``value`` to ``spec`` and/or sending it to ``target``."""
-    artifact = None if spec is None else artifact_write(ctx, spec, value, default_format)
+    artifact = None if spec is None else ctx.write(value, format=spec.format or default_format)
     source = f"art.{spec.tag}" if spec is not None else ctx.operation_id
     prompt = () if target is None else (prompt_effect(target, serialize(value), source),)
     result = OperationResult.done(prompt=prompt, artifact=artifact)
