@@ -1,6 +1,7 @@
-"""Cost of prompt assembly: plan_inclusions + assemble_prompt vs plain concatenation.
+"""Cost of prompt assembly: ``effective_prompt`` vs plain concatenation.
 
-Builds one prompt from 500 history messages and 50 artifacts with inclusions (every
+Builds one prompt (trim, inclusion plan, assembly) from 500 history messages and 50
+artifacts with inclusions (every
 shorthand, anchors at depth, a trimmed anchor with a depth policy, versions, json and
 markdown formats, a merged section) plus a few prompt-time effects, and compares it, in
 the same run, with two baselines over the same strings:
@@ -9,6 +10,9 @@ the same run, with two baselines over the same strings:
   number of ``PromptMessage`` objects by plain concatenation (no placement logic) —
   the cost any assembly pays to produce its output; the target is a ratio of at most 5;
 * ``join``: one ``"".join`` of those strings, the floor of string handling in Python.
+
+Timings are CPU time of this process (``time.process_time``), medians of interleaved
+rounds.
 
 Run: ``.venv/bin/python benchmarks/bench_prompt.py``
 """
@@ -39,8 +43,7 @@ from opsrun.model import (
     SystemUpdate,
     VersionSelector,
 )
-from opsrun.runner._inclusion import assemble_prompt, plan_inclusions
-from opsrun.runner._window import HistoryWindow, trim_history
+from opsrun.prompt import HistoryWindow, effective_prompt, trim_history
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 
@@ -108,10 +111,13 @@ EFFECTS: list[tuple[str, PromptEffect]] = [
 SYSTEM = "You are a narrator.\n\n## Rules\nStay in character."
 
 
+WINDOW = HistoryWindow(max_messages=480)
+
+
 def engine(history: list[ChatMessage], artifacts: list[tuple[int, Artifact]]) -> int:
-    kept = trim_history(history, HistoryWindow(max_messages=480)).kept
-    plan = plan_inclusions(artifacts, history, kept)
-    return len(assemble_prompt(SYSTEM, kept, plan, EFFECTS))
+    return len(
+        effective_prompt(SYSTEM, history, EFFECTS, artifacts=artifacts, window=WINDOW).messages
+    )
 
 
 def naive_messages(history: list[ChatMessage], texts: list[str]) -> int:
@@ -138,34 +144,40 @@ def naive_join(history: list[ChatMessage], texts: list[str]) -> int:
     return len("".join([SYSTEM, *texts, *(m.prompt_text for m in history)]))
 
 
-def best_of(fn: Callable[[], int], repeat: int = 7, number: int = 20) -> float:
-    timings = []
+def median_times(fns: list[Callable[[], int]], repeat: int = 7, number: int = 20) -> list[float]:
+    """CPU seconds per call of each function: median of ``repeat`` interleaved rounds."""
+    timings: list[list[float]] = [[] for _ in fns]
+    for fn in fns:
+        fn()  # warm up
     for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        timings.append((time.perf_counter() - start) / number)
-    return statistics.median(timings)
+        for i, fn in enumerate(fns):
+            start = time.process_time()
+            for _ in range(number):
+                fn()
+            timings[i].append((time.process_time() - start) / number)
+    return [statistics.median(t) for t in timings]
 
 
 def main() -> None:
     history = make_history()
     artifacts = make_artifacts()
-    kept = trim_history(history, HistoryWindow(max_messages=480)).kept
-    plan = plan_inclusions(artifacts, history, kept)
-    prompt = assemble_prompt(SYSTEM, kept, plan, EFFECTS)
-    texts = [m.content for m in prompt if m.source and m.source.kind == "artifact"]
-    included = sum(r.included for r in plan.records)
+    prompt = effective_prompt(SYSTEM, history, EFFECTS, artifacts=artifacts, window=WINDOW)
+    kept = trim_history(history, WINDOW).kept
+    texts = [m.content for m in prompt.messages if m.source and m.source.kind == "artifact"]
+    included = sum(r.included for r in prompt.inclusions)
     print(
         f"history {len(history)} messages ({len(kept)} kept), artifacts {len(artifacts)} "
-        f"({included} included, {len(plan.parts)} parts), prompt {len(prompt)} messages"
+        f"({included} included), prompt {len(prompt.messages)} messages"
     )
-    t_engine = best_of(lambda: engine(history, artifacts))
-    t_plan = best_of(lambda: len(plan_inclusions(artifacts, history, kept).parts))
-    t_messages = best_of(lambda: naive_messages(list(kept), texts))
-    t_join = best_of(lambda: naive_join(list(kept), texts))
+    t_engine, t_messages, t_join = median_times(
+        [
+            lambda: engine(history, artifacts),
+            lambda: naive_messages(list(kept), texts),
+            lambda: naive_join(list(kept), texts),
+        ]
+    )
+    print("CPU time per prompt (time.process_time):")
     print(f"engine (trim + plan + assemble): {t_engine * 1e3:8.3f} ms")
-    print(f"  of which plan_inclusions:      {t_plan * 1e3:8.3f} ms")
     print(f"baseline messages (concatenate): {t_messages * 1e3:8.3f} ms")
     print(f"baseline join (one str join):    {t_join * 1e3:8.3f} ms")
     print(f"ratio engine / messages: {t_engine / t_messages:6.2f}x (target <= 5)")
