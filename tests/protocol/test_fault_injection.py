@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 
 from opsrun.errors import ApplyError
-from opsrun.protocol._apply import apply_plan
-from opsrun.protocol._fs import FaultyFileSystem
-from opsrun.protocol._journal import recover, undo
+from opsrun.protocol import apply_plan, recover, undo
+from opsrun.testing import FaultyFileSystem
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_apply_helpers import make_project, picture, sample_plan, small_plan

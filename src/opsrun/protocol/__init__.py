@@ -12,7 +12,6 @@ from ._apply import ApplyResult as ApplyResult
 from ._apply import CheckCommand as CheckCommand
 from ._apply import apply_plan as apply_plan
 from ._content import looks_like_unified_diff as looks_like_unified_diff
-from ._fs import FaultyFileSystem as FaultyFileSystem
 from ._fs import FileSystem as FileSystem
 from ._journal import TransactionOutcome as TransactionOutcome
 from ._journal import recover as recover
@@ -55,7 +54,6 @@ __all__ = [
     "ContextRequest",
     "ContextRequestType",
     "DiffItem",
-    "FaultyFileSystem",
     "FileSystem",
     "PathPolicy",
     "Plan",

@@ -1,8 +1,9 @@
 """The file-system door used by apply, undo and recover, and a root-confined tree on top.
 
 :class:`FileSystem` is the only place that talks to the OS: every method is one
-system call, so a test can make the k-th call fail (:class:`FaultyFileSystem`)
-and check that the tree still ends up byte-identical. :class:`Tree` walks paths
+system call, so a test can make the k-th call fail
+(:class:`opsrun.testing.FaultyFileSystem`) and check that the tree still ends up
+byte-identical. :class:`Tree` walks paths
 from an open root directory with ``dir_fd`` and ``O_NOFOLLOW``, one segment at a
 time, so no string trick and no symbolic link can lead a write outside the root.
 """
@@ -17,7 +18,7 @@ from typing import Literal
 
 from opsrun.errors import ApplyError
 
-__all__ = ["FaultyFileSystem", "FileSystem", "PathState", "Tree"]
+__all__ = ["FileSystem", "PathState", "Tree"]
 
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
@@ -116,27 +117,6 @@ class FileSystem:
         except ImportError:  # pragma: no cover - platforms without flock
             return True
         return True
-
-
-class FaultyFileSystem(FileSystem):
-    """A :class:`FileSystem` whose ``fail_at``-th call (1-based) raises ``OSError(EIO)``.
-
-    With ``persistent=True`` every later call fails too, like a disk that went away.
-    ``calls`` counts the calls made so far, so a clean run tells how many there are.
-    """
-
-    def __init__(self, fail_at: int | None = None, *, persistent: bool = False) -> None:
-        self.fail_at = fail_at
-        self.persistent = persistent
-        self.calls = 0
-
-    def before(self, op: str) -> None:
-        """Count the call and fail it when its turn has come."""
-        self.calls += 1
-        if self.fail_at is None:
-            return
-        if self.calls == self.fail_at or (self.persistent and self.calls > self.fail_at):
-            raise OSError(errno.EIO, f"injected fault in {op} (call {self.calls})")
 
 
 @dataclass(frozen=True, slots=True)

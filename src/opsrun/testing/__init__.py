@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ._fakes import FakeClock as FakeClock
 from ._fakes import SequentialIds as SequentialIds
+from ._faulty_fs import FaultyFileSystem as FaultyFileSystem
 from ._main_llm import FunctionMainLlm as FunctionMainLlm
 from ._main_llm import OfflineMainLlm as OfflineMainLlm
 from ._main_llm import ScriptedMainLlm as ScriptedMainLlm
@@ -24,6 +25,7 @@ __all__ = [
     "Delayed",
     "Exchange",
     "FakeClock",
+    "FaultyFileSystem",
     "FunctionMainLlm",
     "FunctionProvider",
     "OfflineMainLlm",
