@@ -1,7 +1,12 @@
-"""Builders shared by the runner tests: operations, the test profile and requests."""
+"""Builders shared by the tests: the one way to build a Runner, profile entries, requests.
+
+Every test module can import it (``from _support import ...``): pytest puts ``tests/`` on
+``sys.path`` for ``tests/conftest.py``.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from opsrun.model import (
@@ -12,12 +17,71 @@ from opsrun.model import (
     RunRequest,
     Trigger,
 )
-from opsrun.ports import MainLlm
-from opsrun.runner import OperationCatalog, Runner
+from opsrun.operations import OperationCatalog
+from opsrun.ports import (
+    ArtifactArchive,
+    ChatStore,
+    Clock,
+    EventSink,
+    IdFactory,
+    MainLlm,
+    ProfileStore,
+    RunStore,
+    SessionStore,
+    Stores,
+)
+from opsrun.prompt import HistoryWindow, SnapshotPolicy
+from opsrun.redaction import Redactor
+from opsrun.runner import Executor, Runner
 from opsrun.stores import InMemoryStores
-from opsrun.testing import FakeClock, SequentialIds
+from opsrun.testing import FakeClock, ScriptedMainLlm, SequentialIds
 
 B, A = Hook.BEFORE_MAIN_LLM, Hook.AFTER_MAIN_LLM
+
+
+def make_runner(
+    *,
+    stores: Stores | None = None,
+    catalog: OperationCatalog | None = None,
+    main_llm: MainLlm | None = None,
+    profiles: ProfileStore | None = None,
+    sessions: SessionStore | None = None,
+    chats: ChatStore | None = None,
+    runs: RunStore | None = None,
+    archive: ArtifactArchive | None = None,
+    executor: Executor | None = None,
+    events: EventSink | None = None,
+    clock: Clock | None = None,
+    ids: IdFactory | None = None,
+    summarize: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    redactor: Redactor | None = None,
+    window: HistoryWindow | None = None,
+    snapshot: SnapshotPolicy | None = None,
+) -> Runner:
+    """The Runner every test builds: each argument overrides one default.
+
+    Defaults: fresh in-memory stores (archive included), an empty catalog, a scripted main
+    LLM answering ``"OK"``, a fake clock and sequential ids; the other arguments are
+    ``Runner``'s own defaults.
+    """
+    return Runner(
+        catalog=catalog if catalog is not None else OperationCatalog(),
+        stores=stores if stores is not None else InMemoryStores(),
+        main_llm=main_llm if main_llm is not None else ScriptedMainLlm(),
+        profiles=profiles,
+        sessions=sessions,
+        chats=chats,
+        runs=runs,
+        archive=archive,
+        executor=executor,
+        events=events,
+        clock=clock if clock is not None else FakeClock(),
+        ids=ids if ids is not None else SequentialIds(),
+        summarize=summarize,
+        redactor=redactor,
+        window=window,
+        snapshot=snapshot,
+    )
 
 
 def op(op_id: str, *hooks: Hook, order: float = 1, **config: Any) -> ProfileOperation:
@@ -40,21 +104,4 @@ def generate(text: str = "hi", **kw: Any) -> RunRequest:
     """A generate request for chat ``c`` with profile ``p``."""
     return RunRequest(
         trigger=Trigger.GENERATE, chat_id="c", profile_id="p", user_message=text, **kw
-    )
-
-
-def make_runner(
-    stores: InMemoryStores, catalog: OperationCatalog, main_llm: MainLlm, **kw: Any
-) -> Runner:
-    """A Runner over ``stores`` with a fake clock and sequential ids; ``kw`` go to Runner."""
-    kw.setdefault("clock", FakeClock())
-    kw.setdefault("ids", SequentialIds())
-    return Runner(
-        catalog=catalog,
-        profiles=stores.profiles,
-        sessions=stores.sessions,
-        chats=stores.chats,
-        runs=stores.runs,
-        main_llm=main_llm,
-        **kw,
     )

@@ -11,16 +11,18 @@ import pytest
 from pydantic import BaseModel
 
 from opsrun import (
+    OperationCatalog,
+    OperationContext,
     OperationDefinition,
     OperationProfile,
+    OperationResult,
     ProfileInvalid,
-    ProfileIssue,
-    ProfileIssueCode,
-    ensure_valid_profile,
-    validate_profile,
 )
-from opsrun._profiles import find_cycles
 from opsrun.errors import OpsrunError
+from opsrun.kinds import builtin_kinds
+from opsrun.model import ProfileIssue, ProfileIssueCode
+from opsrun.operations import Operation
+from opsrun.operations._validate import find_cycles
 
 Code = ProfileIssueCode
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -84,11 +86,23 @@ def profile(*operations: dict[str, Any], **fields: Any) -> OperationProfile:
     )
 
 
-def catalog(*definitions: OperationDefinition) -> dict[str, OperationDefinition]:
-    return {d.operation_id: d for d in definitions}
+async def _noop(ctx: OperationContext) -> OperationResult:
+    return OperationResult.done()
 
 
-def compute_catalog(*ids: str) -> dict[str, OperationDefinition]:
+def catalog(*definitions: OperationDefinition) -> OperationCatalog:
+    """A catalog of ``definitions``: the built-in kinds implement ``llm`` and ``template``
+    (with their params models), every other kind is a function operation without one."""
+    cat = OperationCatalog(kinds=builtin_kinds())
+    for d in definitions:
+        if d.kind in ("llm", "template"):
+            cat.add_definition(d)
+        else:
+            cat.add_function(d, _noop)
+    return cat
+
+
+def compute_catalog(*ids: str) -> OperationCatalog:
     """Definitions of kind ``compute`` that write nothing: only the dependency rules apply."""
     return catalog(*(definition(i) for i in ids))
 
@@ -113,7 +127,7 @@ def only(issues: list[ProfileIssue], code: ProfileIssueCode) -> ProfileIssue:
     return issues[0]
 
 
-def load_example() -> tuple[OperationProfile, dict[str, OperationDefinition]]:
+def load_example() -> tuple[OperationProfile, OperationCatalog]:
     prof = OperationProfile.model_validate_json(
         (EXAMPLES / "rp_basic.profile.json").read_text(encoding="utf-8")
     )
@@ -126,8 +140,8 @@ def load_example() -> tuple[OperationProfile, dict[str, OperationDefinition]]:
 
 def test_example_profile_is_valid() -> None:
     prof, cat = load_example()
-    assert validate_profile(prof, cat) == []
-    ensure_valid_profile(prof, cat)
+    assert cat.validate(prof) == []
+    cat.ensure_valid(prof)
 
 
 def test_realistic_profile_with_builtin_kinds_is_valid() -> None:
@@ -162,11 +176,11 @@ def test_realistic_profile_with_builtin_kinds_is_valid() -> None:
         definition("audit"),
         definition("after_audit"),
     )
-    assert validate_profile(prof, cat) == []
+    assert cat.validate(prof) == []
 
 
 def test_empty_profile_is_valid() -> None:
-    assert validate_profile(profile(), {}) == []
+    assert OperationCatalog().validate(profile()) == []
 
 
 # --- one test per rule -------------------------------------------------------------------------
@@ -174,14 +188,14 @@ def test_empty_profile_is_valid() -> None:
 
 @pytest.mark.parametrize("profile_id", ["", "   "])
 def test_empty_profile_id(profile_id: str) -> None:
-    issue = only(validate_profile(profile(profileId=profile_id), {}), Code.EMPTY_PROFILE_ID)
+    issue = only(OperationCatalog().validate(profile(profileId=profile_id)), Code.EMPTY_PROFILE_ID)
     assert issue.operation_id is None
     assert "profileId" in issue.message
 
 
 def test_empty_session_id() -> None:
     prof = profile(operationProfileSessionId=" ")
-    issue = only(validate_profile(prof, {}), Code.EMPTY_SESSION_ID)
+    issue = only(OperationCatalog().validate(prof), Code.EMPTY_SESSION_ID)
     assert issue.operation_id is None
     assert "operationProfileSessionId" in issue.message
 
@@ -189,13 +203,13 @@ def test_empty_session_id() -> None:
 @pytest.mark.parametrize("operation_id", ["", "  "])
 def test_empty_operation_id(operation_id: str) -> None:
     prof = profile(op("a"), op(operation_id))
-    issue = only(validate_profile(prof, compute_catalog("a")), Code.EMPTY_OPERATION_ID)
+    issue = only(compute_catalog("a").validate(prof), Code.EMPTY_OPERATION_ID)
     assert issue.operation_id is None
 
 
 def test_duplicate_operation_id() -> None:
     prof = profile(op("a"), op("b"), op("a", order=20), op("a", order=30))
-    issues = validate_profile(prof, compute_catalog("a", "b"))
+    issues = compute_catalog("a", "b").validate(prof)
     assert codes(issues) == [Code.DUPLICATE_OPERATION_ID] * 2
     assert {i.operation_id for i in issues} == {"a"}
     assert "'a' is listed twice" in issues[0].message
@@ -203,14 +217,14 @@ def test_duplicate_operation_id() -> None:
 
 def test_unknown_operation() -> None:
     prof = profile(op("a"), op("builtin:lore_lookup"))
-    issue = only(validate_profile(prof, compute_catalog("a")), Code.UNKNOWN_OPERATION)
+    issue = only(compute_catalog("a").validate(prof), Code.UNKNOWN_OPERATION)
     assert issue.operation_id == "builtin:lore_lookup"
     assert "builtin:lore_lookup" in issue.message
 
 
 def test_unknown_dependency() -> None:
     prof = profile(op("a"), op("b", depends_on=["a", "ghost"]))
-    issue = only(validate_profile(prof, compute_catalog("a", "b")), Code.UNKNOWN_DEPENDENCY)
+    issue = only(compute_catalog("a", "b").validate(prof), Code.UNKNOWN_DEPENDENCY)
     assert issue.operation_id == "b"
     assert "'ghost'" in issue.message
 
@@ -218,13 +232,13 @@ def test_unknown_dependency() -> None:
 def test_dependency_on_an_operation_missing_from_the_catalog_is_not_unknown() -> None:
     """The dependency exists in the profile; only the definition is missing."""
     prof = profile(op("a"), op("b", depends_on=["a"]))
-    issue = only(validate_profile(prof, compute_catalog("b")), Code.UNKNOWN_OPERATION)
+    issue = only(compute_catalog("b").validate(prof), Code.UNKNOWN_OPERATION)
     assert issue.operation_id == "a"
 
 
 def test_self_dependency_is_not_also_a_cycle() -> None:
     prof = profile(op("a", depends_on=["a"]))
-    issue = only(validate_profile(prof, compute_catalog("a")), Code.SELF_DEPENDENCY)
+    issue = only(compute_catalog("a").validate(prof), Code.SELF_DEPENDENCY)
     assert issue.operation_id == "a"
     assert "'a' depends on itself" in issue.message
 
@@ -234,9 +248,7 @@ def test_cross_hook_dependency() -> None:
         op("notes", hooks=[BEFORE]),
         op("world", hooks=[AFTER], depends_on=["notes"]),
     )
-    issue = only(
-        validate_profile(prof, compute_catalog("notes", "world")), Code.CROSS_HOOK_DEPENDENCY
-    )
+    issue = only(compute_catalog("notes", "world").validate(prof), Code.CROSS_HOOK_DEPENDENCY)
     assert issue.operation_id == "world"
     assert "after_main_llm" in issue.message
     assert "'notes'" in issue.message
@@ -251,7 +263,7 @@ def test_cross_hook_dependency_of_an_operation_in_both_hooks() -> None:
         op("after_only", hooks=[AFTER], depends_on=["also_both"]),
     )
     cat = compute_catalog("before_only", "both", "also_both", "after_only")
-    issue = only(validate_profile(prof, cat), Code.CROSS_HOOK_DEPENDENCY)
+    issue = only(cat.validate(prof), Code.CROSS_HOOK_DEPENDENCY)
     assert issue.operation_id == "both"
     assert "runs in after_main_llm" in issue.message
 
@@ -263,7 +275,7 @@ def test_dependency_cycle_names_the_cycle() -> None:
         op("c", depends_on=["a"]),
         op("d", depends_on=["a"]),
     )
-    issue = only(validate_profile(prof, compute_catalog("a", "b", "c", "d")), Code.DEPENDENCY_CYCLE)
+    issue = only(compute_catalog("a", "b", "c", "d").validate(prof), Code.DEPENDENCY_CYCLE)
     assert issue.operation_id == "a"
     assert issue.message == "dependency cycle: a → b → c → a"
 
@@ -275,7 +287,7 @@ def test_each_independent_cycle_is_reported() -> None:
         op("x", depends_on=["y"]),
         op("y", depends_on=["x"]),
     )
-    issues = validate_profile(prof, compute_catalog("a", "b", "x", "y"))
+    issues = compute_catalog("a", "b", "x", "y").validate(prof)
     assert [(i.code, i.message) for i in issues] == [
         (Code.DEPENDENCY_CYCLE, "dependency cycle: a → b → a"),
         (Code.DEPENDENCY_CYCLE, "dependency cycle: x → y → x"),
@@ -288,7 +300,7 @@ def test_duplicate_write_tag_between_llm_operations() -> None:
         op("world_b", hooks=[AFTER], order=20, params=llm_params("world_state")),
     )
     cat = catalog(definition("world_a", "llm", writes=True), definition("world_b", "llm"))
-    issue = only(validate_profile(prof, cat), Code.DUPLICATE_WRITE_TAG)
+    issue = only(cat.validate(prof), Code.DUPLICATE_WRITE_TAG)
     assert issue.operation_id == "world_b"
     assert "art.world_state" in issue.message
     assert "'world_a'" in issue.message
@@ -306,7 +318,7 @@ def test_duplicate_write_tag_between_definition_and_params() -> None:
         definition("notes", "llm"),
         definition("echo", "template"),
     )
-    issues = validate_profile(prof, cat)
+    issues = cat.validate(prof)
     assert codes(issues) == [Code.DUPLICATE_WRITE_TAG] * 2
     assert [i.operation_id for i in issues] == ["notes", "echo"]
 
@@ -314,20 +326,20 @@ def test_duplicate_write_tag_between_definition_and_params() -> None:
 def test_write_tag_unknown_when_nothing_declares_it() -> None:
     prof = profile(op("guard"))
     cat = catalog(definition("guard", writes=True))
-    issue = only(validate_profile(prof, cat), Code.WRITE_TAG_UNKNOWN)
+    issue = only(cat.validate(prof), Code.WRITE_TAG_UNKNOWN)
     assert issue.operation_id == "guard"
     assert "writeTag" in issue.message
 
 
 def test_write_tag_taken_from_params_of_a_custom_kind() -> None:
     prof = profile(op("guard", params={"writeArtifact": {"tag": "is_combat"}}))
-    assert validate_profile(prof, catalog(definition("guard", writes=True))) == []
+    assert catalog(definition("guard", writes=True)).validate(prof) == []
 
 
 def test_write_tag_unknown_when_definition_and_params_disagree() -> None:
     prof = profile(op("world", hooks=[AFTER], params=llm_params("world")))
     cat = catalog(definition("world", "llm", write_tag="world_state"))
-    issue = only(validate_profile(prof, cat), Code.WRITE_TAG_UNKNOWN)
+    issue = only(cat.validate(prof), Code.WRITE_TAG_UNKNOWN)
     assert issue.operation_id == "world"
     assert "art.world_state" in issue.message
     assert "art.world" in issue.message
@@ -347,7 +359,7 @@ def test_write_tag_unknown_for_invalid_tag_syntax(
 ) -> None:
     prof = profile(op("world", params=params))
     cat = catalog(definition("world", write_tag=declared, writes=True))
-    issue = only(validate_profile(prof, cat), Code.WRITE_TAG_UNKNOWN)
+    issue = only(cat.validate(prof), Code.WRITE_TAG_UNKNOWN)
     assert issue.operation_id == "world"
     assert "artifact tag" in issue.message
 
@@ -356,7 +368,7 @@ def test_invalid_llm_params_name_the_field() -> None:
     params = llm_params("notes")
     del params["prompt"]
     prof = profile(op("notes", params=params))
-    issue = only(validate_profile(prof, catalog(definition("notes", "llm"))), Code.INVALID_PARAMS)
+    issue = only(catalog(definition("notes", "llm")).validate(prof), Code.INVALID_PARAMS)
     assert issue.operation_id == "notes"
     assert "prompt" in issue.message
     assert "Field required" in issue.message
@@ -370,16 +382,14 @@ def test_invalid_llm_params_still_feed_the_tag_check() -> None:
         op("world_b", params=broken),
     )
     cat = catalog(definition("world_a", "llm"), definition("world_b", "llm"))
-    issues = validate_profile(prof, cat)
+    issues = cat.validate(prof)
     assert codes(issues) == [Code.INVALID_PARAMS, Code.DUPLICATE_WRITE_TAG]
     assert "temperature" in issues[0].message
 
 
 def test_invalid_template_params() -> None:
     prof = profile(op("banner", params={"templat": "typo"}))
-    issue = only(
-        validate_profile(prof, catalog(definition("banner", "template"))), Code.INVALID_PARAMS
-    )
+    issue = only(catalog(definition("banner", "template")).validate(prof), Code.INVALID_PARAMS)
     assert "template" in issue.message
     assert "templat" in issue.message
 
@@ -388,16 +398,74 @@ class StatsParams(BaseModel):
     threshold: int
 
 
-@pytest.mark.parametrize("key", ["kind", "operation_id"])
-def test_params_models_by_kind_or_operation_id(key: str) -> None:
-    prof = profile(op("stats", params={"threshold": "high"}))
-    cat = catalog(definition("stats", "stats_kind"))
-    models = {"stats_kind" if key == "kind" else "stats": StatsParams}
-    issue = only(validate_profile(prof, cat, params_models=models), Code.INVALID_PARAMS)
+class StatsOperation(Operation[StatsParams]):
+    definition = OperationDefinition(operation_id="stats", name="Stats", kind="stats_kind")
+    params_model = StatsParams
+
+    async def execute(self, ctx: OperationContext[StatsParams]) -> OperationResult:
+        return OperationResult.done()
+
+
+def stats_catalog(how: str) -> OperationCatalog:
+    """A catalog whose ``stats`` operation validates its params with StatsParams."""
+    cat = OperationCatalog()
+    if how == "add_function":
+        cat.add_function(definition("stats", "stats_kind"), _noop, params_model=StatsParams)
+    elif how == "decorator":
+        cat.function("stats", name="Stats", kind="stats_kind", params_model=StatsParams)(_noop)
+    else:
+        cat.add(StatsOperation())
+    return cat
+
+
+@pytest.mark.parametrize("how", ["add_function", "decorator", "subclass"])
+def test_each_operation_validates_params_with_its_own_model(how: str) -> None:
+    cat = stats_catalog(how)
+    assert cat.implementation("stats").params_model is StatsParams
+    issue = only(
+        cat.validate(profile(op("stats", params={"threshold": "high"}))), Code.INVALID_PARAMS
+    )
+    assert issue.operation_id == "stats"
     assert "threshold" in issue.message
-    assert validate_profile(prof, cat) == []  # no model for the kind: params are not checked
-    good = profile(op("stats", params={"threshold": 3}))
-    assert validate_profile(good, cat, params_models=models) == []
+    assert cat.validate(profile(op("stats", params={"threshold": 3}))) == []
+
+
+def test_an_operation_without_a_params_model_does_not_check_params() -> None:
+    prof = profile(op("stats", params={"threshold": "high"}))
+    assert catalog(definition("stats", "stats_kind")).validate(prof) == []
+
+
+def test_a_custom_llm_kind_operation_without_a_params_model_does_not_get_llm_params() -> None:
+    """The kind name alone chooses no params model: only the built-in ``llm`` kind has one."""
+    params = llm_params("notes")
+    del params["prompt"]  # invalid for LlmParams
+    prof = profile(op("notes", params=params))
+    cat = OperationCatalog()
+    cat.add_function(definition("notes", "llm"), _noop)
+    assert cat.implementation("notes").params_model is None
+    assert cat.validate(prof) == []
+    builtin = catalog(definition("notes", "llm"))
+    assert only(builtin.validate(prof), Code.INVALID_PARAMS).operation_id == "notes"
+
+
+class Counted(BaseModel):
+    n: int
+
+
+def test_a_function_operation_params_model_is_checked_at_validation() -> None:
+    cat = OperationCatalog()
+
+    @cat.function("count", name="Count", params_model=Counted)
+    async def count(ctx: OperationContext) -> OperationResult:
+        return OperationResult.done()
+
+    bad = profile(op("count", params={"n": "not-int"}))
+    issue = only(cat.validate(bad), Code.INVALID_PARAMS)
+    assert issue.operation_id == "count"
+    assert "n:" in issue.message
+    with pytest.raises(ProfileInvalid):
+        cat.ensure_valid(bad)
+    assert cat.validate(profile(op("count", params={"n": 2}))) == []
 
 
 @pytest.mark.parametrize(
@@ -410,7 +478,7 @@ def test_params_models_by_kind_or_operation_id(key: str) -> None:
 def test_prompt_effect_after_main_llm(kind: str, params: dict[str, Any]) -> None:
     prof = profile(op("notes", hooks=[AFTER], params=params))
     issue = only(
-        validate_profile(prof, catalog(definition("notes", kind))),
+        catalog(definition("notes", kind)).validate(prof),
         Code.PROMPT_EFFECT_AFTER_MAIN_LLM,
     )
     assert issue.operation_id == "notes"
@@ -421,11 +489,11 @@ def test_prompt_effect_in_both_hooks_is_reported() -> None:
     params = llm_params("notes", promptEffect={"type": "prompt.append_after_last_user"})
     prof = profile(op("notes", hooks=[BEFORE, AFTER], params=params))
     only(
-        validate_profile(prof, catalog(definition("notes", "llm"))),
+        catalog(definition("notes", "llm")).validate(prof),
         Code.PROMPT_EFFECT_AFTER_MAIN_LLM,
     )
     before_only = profile(op("notes", hooks=[BEFORE], params=params))
-    assert validate_profile(before_only, catalog(definition("notes", "llm"))) == []
+    assert catalog(definition("notes", "llm")).validate(before_only) == []
 
 
 # --- every problem at once ---------------------------------------------------------------------
@@ -443,7 +511,7 @@ def test_every_problem_is_reported_at_once() -> None:
         operationProfileSessionId="",  # empty_session_id
     )
     cat = catalog(definition("a"), definition("b"), definition("notes", "llm"))
-    assert sorted(codes(validate_profile(prof, cat))) == sorted(
+    assert sorted(codes(cat.validate(prof))) == sorted(
         [
             Code.EMPTY_SESSION_ID,
             Code.DUPLICATE_OPERATION_ID,
@@ -490,7 +558,7 @@ def test_every_code_can_be_produced_by_one_profile() -> None:
         definition("notes", "llm"),
         definition("banner", "template"),
     )
-    assert set(codes(validate_profile(prof, cat))) == set(ProfileIssueCode)
+    assert set(codes(cat.validate(prof))) == set(ProfileIssueCode)
 
 
 # --- the raising form --------------------------------------------------------------------------
@@ -500,11 +568,11 @@ def test_ensure_valid_profile_raises_with_every_issue() -> None:
     prof = profile(op("a", depends_on=["a"]), op("ghost"), operationProfileSessionId="")
     cat = compute_catalog("a")
     with pytest.raises(ProfileInvalid) as info:
-        ensure_valid_profile(prof, cat)
+        cat.ensure_valid(prof)
     err = info.value
     assert isinstance(err, OpsrunError)
     assert err.code == "profile_invalid"
-    assert err.issues == validate_profile(prof, cat)
+    assert err.issues == cat.validate(prof)
     assert codes(err.issues) == [
         Code.EMPTY_SESSION_ID,
         Code.SELF_DEPENDENCY,
@@ -520,19 +588,19 @@ def test_ensure_valid_profile_raises_with_every_issue() -> None:
 def test_ensure_valid_profile_summary_is_bounded() -> None:
     prof = profile(*(op(f"ghost_{i:02}") for i in range(12)))
     with pytest.raises(ProfileInvalid) as info:
-        ensure_valid_profile(prof, {})
+        OperationCatalog().ensure_valid(prof)
     assert len(info.value.issues) == 12
     assert "12 problem(s)" in str(info.value)
     assert "and 2 more" in str(info.value)
     assert "ghost_10" not in str(info.value)
 
 
-def test_ensure_valid_profile_passes_params_models() -> None:
+def test_ensure_valid_profile_uses_each_operations_params_model() -> None:
     prof = profile(op("stats", params={"threshold": "high"}))
-    cat = catalog(definition("stats", "stats_kind"))
-    ensure_valid_profile(prof, cat)
-    with pytest.raises(ProfileInvalid):
-        ensure_valid_profile(prof, cat, params_models={"stats_kind": StatsParams})
+    catalog(definition("stats", "stats_kind")).ensure_valid(prof)
+    with pytest.raises(ProfileInvalid) as info:
+        stats_catalog("add_function").ensure_valid(prof)
+    assert codes(info.value.issues) == [Code.INVALID_PARAMS]
 
 
 # --- find_cycles -------------------------------------------------------------------------------
@@ -571,10 +639,8 @@ def test_find_cycles_ignores_a_self_loop_inside_a_larger_cycle() -> None:
 
 def test_prompt_effect_capability_after_main_llm_is_reported() -> None:
     """A custom operation that declares prompt effects cannot run after the main LLM."""
-    issues = validate_profile(
-        profile(op("banner", hooks=(AFTER,))),
-        catalog(definition("banner", prompt_effects=True)),
-    )
+    cat = catalog(definition("banner", prompt_effects=True))
+    issues = cat.validate(profile(op("banner", hooks=(AFTER,))))
     assert codes(issues) == [ProfileIssueCode.PROMPT_EFFECT_AFTER_MAIN_LLM]
     assert only(issues, ProfileIssueCode.PROMPT_EFFECT_AFTER_MAIN_LLM).operation_id == "banner"
 

@@ -7,8 +7,16 @@ from collections.abc import Mapping, Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from opsrun import OperationDefinition, OperationProfile, ProfileIssueCode, validate_profile
-from opsrun._profiles import find_cycles
+from opsrun import (
+    OperationCatalog,
+    OperationContext,
+    OperationDefinition,
+    OperationProfile,
+    OperationResult,
+)
+from opsrun.kinds import builtin_kinds
+from opsrun.model import ProfileIssueCode
+from opsrun.operations._validate import find_cycles
 
 Code = ProfileIssueCode
 Graph = dict[str, list[str]]
@@ -95,16 +103,31 @@ def as_profile(graph: Graph, hooks: Sequence[str] = ("before_main_llm",)) -> Ope
     )
 
 
-def compute_catalog(ids: Sequence[str]) -> dict[str, OperationDefinition]:
-    return {
-        op_id: OperationDefinition(operation_id=op_id, name=op_id, kind="compute") for op_id in ids
-    }
+async def _noop(ctx: OperationContext) -> OperationResult:
+    return OperationResult.done()
+
+
+def catalog_of(definitions: Sequence[OperationDefinition]) -> OperationCatalog:
+    """Built-in kinds for ``llm``/``template`` definitions, function operations otherwise."""
+    catalog = OperationCatalog(kinds=builtin_kinds())
+    for d in definitions:
+        if d.kind in ("llm", "template"):
+            catalog.add_definition(d)
+        else:
+            catalog.add_function(d, _noop)
+    return catalog
+
+
+def compute_catalog(ids: Sequence[str]) -> OperationCatalog:
+    return catalog_of(
+        [OperationDefinition(operation_id=op_id, name=op_id, kind="compute") for op_id in ids]
+    )
 
 
 @settings(max_examples=300, deadline=None)
 @given(graphs())
 def test_cycle_reported_iff_topological_sort_fails(graph: Graph) -> None:
-    issues = validate_profile(as_profile(graph), compute_catalog(list(graph)))
+    issues = compute_catalog(list(graph)).validate(as_profile(graph))
     cycles = [i for i in issues if i.code == Code.DEPENDENCY_CYCLE]
     assert bool(cycles) == (not kahn_is_acyclic(graph))
 
@@ -126,7 +149,7 @@ def test_cycle_reported_iff_topological_sort_fails(graph: Graph) -> None:
 
 
 @st.composite
-def valid_profiles(draw: st.DrawFn) -> tuple[OperationProfile, dict[str, OperationDefinition]]:
+def valid_profiles(draw: st.DrawFn) -> tuple[OperationProfile, OperationCatalog]:
     """A random DAG (dependencies only on earlier operations) with unique write tags."""
     n = draw(st.integers(1, 12))
     hooks = draw(
@@ -182,16 +205,16 @@ def valid_profiles(draw: st.DrawFn) -> tuple[OperationProfile, dict[str, Operati
             "operations": [operations[i] for i in order],
         }
     )
-    return profile, {d.operation_id: d for d in definitions}
+    return profile, catalog_of(definitions)
 
 
 @settings(max_examples=200, deadline=None)
 @given(valid_profiles())
 def test_valid_random_profile_has_no_issues(
-    case: tuple[OperationProfile, dict[str, OperationDefinition]],
+    case: tuple[OperationProfile, OperationCatalog],
 ) -> None:
     profile, catalog = case
-    assert validate_profile(profile, catalog) == []
+    assert catalog.validate(profile) == []
 
 
 @settings(max_examples=300, deadline=None)

@@ -12,7 +12,9 @@ import json
 
 import pytest
 
+from _support import make_runner
 from opsrun import Redactor
+from opsrun.kinds import builtin_kinds
 from opsrun.model import (
     AppendAfterLastUser,
     Hook,
@@ -24,8 +26,9 @@ from opsrun.model import (
     RunRequest,
     Trigger,
 )
+from opsrun.operations import OperationCatalog, OperationContext
 from opsrun.providers import ProviderRegistry
-from opsrun.runner import OperationCatalog, OperationContext, Runner, builtin_kinds
+from opsrun.report import render_markdown
 from opsrun.stores import InMemoryStores
 from opsrun.testing import ScriptedMainLlm
 from test_redact import (
@@ -122,12 +125,9 @@ async def test_no_secret_survives_into_the_run_store() -> None:
     await stores.profiles.save_profile(profile())
     reply = f"Your keys: {OPENAI_PROJ} and {AWS_ID}; also {JWT}. Done."
     main_llm = ScriptedMainLlm([reply], chunk_size=7)
-    runner = Runner(
+    runner = make_runner(
+        stores=stores,
         catalog=catalog(),
-        profiles=stores.profiles,
-        sessions=stores.sessions,
-        chats=stores.chats,
-        runs=stores.runs,
         main_llm=main_llm,
         redactor=Redactor(secrets=(HOST_SECRET,)),
     )
@@ -157,7 +157,7 @@ async def test_no_secret_survives_into_the_run_store() -> None:
         stored.extend(e.model_dump_json() for e in await stores.runs.events(run_id))
     report = await runner.explain(result.run.run_id)
     stored.append(report.model_dump_json())
-    stored.append(report.to_markdown())
+    stored.append(render_markdown(report))
     text = "\n".join(stored)
     leaked = [s[:12] for s in SECRETS if s in text]
     assert leaked == []

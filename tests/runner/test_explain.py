@@ -27,9 +27,10 @@ from opsrun.model import (
     TrimmedEntry,
     Usage,
 )
-from opsrun.runner import RunReport, build_report, render_markdown
-from opsrun.runner._explain import REASONING_NOTE, TEXT_LIMIT
-from opsrun.runner._report_md import PREVIEW_CHARS
+from opsrun.report import RunReport, build_report, render_markdown
+from opsrun.report._build import TEXT_LIMIT
+from opsrun.report._markdown import PREVIEW_CHARS
+from opsrun.report._types import REASONING_NOTE
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 SECTIONS = [
@@ -174,7 +175,7 @@ def test_why_it_ran_names_trigger_key_profile_and_times() -> None:
     assert (start.profile_id, start.profile_ref) == ("rp", "rp@1")
     assert start.operation_profile_session_id == "sess-1"
     assert (start.started_at, start.finished_at) == (T0, at(3000))
-    md = report.to_markdown()
+    md = render_markdown(report)
     assert md.startswith("# Run `run-1`: done\n")
     assert "| Dedupe key | `chat-1:gen:u1` |" in md
     assert "| Profile | `rp` (ref `rp@1`) |" in md
@@ -184,7 +185,7 @@ def test_why_it_ran_names_trigger_key_profile_and_times() -> None:
 def test_empty_dedupe_key_is_called_out() -> None:
     report = build_report(make_run(dedupe_key=""), [])
     assert report.start.deduplicable is False
-    assert "| Dedupe key | none: the request had no idempotency key" in report.to_markdown()
+    assert "| Dedupe key | none: the request had no idempotency key" in render_markdown(report)
 
 
 def test_input_is_redacted_bounded_and_counts_history() -> None:
@@ -193,7 +194,7 @@ def test_input_is_redacted_bounded_and_counts_history() -> None:
     assert excerpt is not None
     assert excerpt.text == "my password=[REDACTED] ok"
     assert report.inputs.history_size == 6
-    md = report.to_markdown()
+    md = render_markdown(report)
     assert "hunter2" not in md
     assert "Chat history: 6 messages up to this turn." in md
 
@@ -205,7 +206,7 @@ def test_input_is_redacted_bounded_and_counts_history() -> None:
 def test_input_without_text_says_so() -> None:
     report = build_report(make_run(), [])
     assert report.inputs.user_message is None
-    assert "User message `u1` (text not included)." in report.to_markdown()
+    assert "User message `u1` (text not included)." in render_markdown(report)
 
 
 @pytest.mark.parametrize(
@@ -279,7 +280,7 @@ def test_hash_only_content_never_reaches_the_report() -> None:
     report = build_report(make_run(main_llm=llm(prompt=snapshot(leaky))), [])
     assert report.prompt is not None
     assert report.prompt.messages[0].content is None
-    md = report.to_markdown()
+    md = render_markdown(report)
     assert "secret plan" not in md
     assert "_Text not stored (hash_only): only its length and hash are kept._" in md
     assert report.model_dump_json().count("secret plan") == 0
@@ -288,7 +289,7 @@ def test_hash_only_content_never_reaches_the_report() -> None:
 def test_long_contents_are_cut_with_a_count() -> None:
     text = "a" * (PREVIEW_CHARS + 250)
     run = make_run(main_llm=llm(prompt=snapshot(message(text, truncated=True, message_id="m"))))
-    md = build_report(run, []).to_markdown()
+    md = render_markdown(build_report(run, []))
     assert "```text\n" + "a" * PREVIEW_CHARS + "\n```\n\n_… 250 more characters not shown._" in md
     assert "a" * (PREVIEW_CHARS + 1) not in md
     assert f"· {len(text)} chars · sha256 " in md
@@ -298,7 +299,7 @@ def test_long_contents_are_cut_with_a_count() -> None:
 def test_fences_are_longer_than_any_backtick_run_in_the_content() -> None:
     content = "before\n```\nnot a fence end\n````\n## not a heading"
     run = make_run(main_llm=llm(prompt=snapshot(message(content, message_id="m"))))
-    md = build_report(run, [], user_message="``` ` ``").to_markdown()
+    md = render_markdown(build_report(run, [], user_message="``` ` ``"))
     assert "`````text\n" + content + "\n`````" in md
     assert "````text\n``` ` ``\n````" in md
     headings, closed = outline(md)
@@ -313,7 +314,7 @@ def test_pipes_and_markup_in_table_cells_are_escaped() -> None:
         status="error",
         error=OperationError(code="bad|code", message="left | right \\| *x*"),
     )
-    md = build_report(make_run(), [failing]).to_markdown()
+    md = render_markdown(build_report(make_run(), [failing]))
     row = next(line for line in md.splitlines() if line.startswith("| before_main_llm"))
     cells = split_cells(row)
     assert len(cells) == 7
@@ -355,7 +356,7 @@ def test_operations_are_sorted_by_hook_then_order_then_id_with_their_changes() -
     assert [e.index for e in by_key[("before_main_llm", "beta")].changes] == [1]
     assert [e.index for e in by_key[("after_main_llm", "beta")].changes] == [2]
     assert by_key[("before_main_llm", "alpha")].changes == ()
-    md = report.to_markdown()
+    md = render_markdown(report)
     assert "- `beta` (after_main_llm): artifact.write `mood` v3 → v4: `- calm` …" in md
     assert "- `first` (before_main_llm): prompt.system_update: `append 12 chars`" in md
 
@@ -378,7 +379,7 @@ def test_operation_status_reason_error_duration_and_commit() -> None:
     world = report.operations[-1]
     assert (world.error_code, world.error_message) == ("artifact_conflict", "stale version")
     assert world.duration_ms == pytest.approx(42.0)
-    md = report.to_markdown()
+    md = render_markdown(report)
     assert (
         "| before_main_llm | `rag` Rag | skipped | no |   | no | skipped: condition_false |" in md
     )
@@ -426,7 +427,7 @@ def test_artifacts_available_included_dropped_and_written() -> None:
     assert [(w.tag, w.based_on_version, w.version) for w in artifacts.written] == [
         ("world_state", 7, 8)
     ]
-    md = build_report(run, []).to_markdown()
+    md = render_markdown(build_report(run, []))
     assert "Available at start: `world_state` v7." in md
     assert (
         "| `world_state` | yes | v7, v6 | insert at before:m4, anchor `m1`, "
@@ -443,7 +444,7 @@ def test_generation_reports_status_params_usage_and_duration() -> None:
     assert generation.called is True
     assert generation.duration_ms == pytest.approx(2500.0)
     assert generation.params == {"model": "local-7b", "temperature": 0.7}
-    md = build_report(make_run(main_llm=call), []).to_markdown()
+    md = render_markdown(build_report(make_run(main_llm=call), []))
     assert "Status done, finish reason completed (provider: stop), 2500 ms." in md
     assert "Usage: 900 input, 12 output, 912 total tokens, cost $0.002." in md
     assert '| model | `"local-7b"` |' in md
@@ -456,7 +457,7 @@ def test_old_records_without_snapshot_or_params_render() -> None:
     assert report.prompt is None
     assert report.privacy.snapshot_recorded is False
     assert report.generation.prompt_hash == "ab" * 32
-    md = report.to_markdown()
+    md = render_markdown(report)
     assert "No prompt snapshot was recorded for this run." in md
     assert "No generation settings recorded." in md
     assert "- No prompt snapshot was recorded, so no prompt text is kept." in md
@@ -485,7 +486,7 @@ def test_barrier_failure_without_main_llm_call() -> None:
     assert report.generation.called is False
     assert report.generation.duration_ms is None
     assert report.prompt is None
-    md = report.to_markdown()
+    md = render_markdown(report)
     assert md.startswith("# Run `run-1`: failed (before_barrier)\n")
     assert "The main LLM was not called: a required operation before it did not end `done`." in md
     assert "Operation `guard` failed with `timeout`: took 5000 ms" in md
@@ -500,20 +501,20 @@ def test_aborted_run_keeps_partial_reply() -> None:
     assert report.outcome.abort_reason == "user_abort"
     assert report.generation.reply is not None
     assert report.generation.reply.text == "The gate cre"
-    md = report.to_markdown()
+    md = render_markdown(report)
     assert md.startswith("# Run `run-1`: aborted (user_abort)\n")
     assert "**aborted (user_abort)** in phase finished, after 3000 ms." in md
 
 
 def test_abort_before_the_call() -> None:
     run = make_run(status="aborted", abort_reason="deadline", main_llm=MainLlmCall())
-    md = build_report(run, []).to_markdown()
+    md = render_markdown(build_report(run, []))
     assert "The main LLM was not called: the run was aborted first (deadline)." in md
 
 
 def test_run_without_profile_or_operations() -> None:
     run = make_run(profile_id=None, profile_ref=None, operation_profile_session_id=None)
-    md = build_report(run, []).to_markdown()
+    md = render_markdown(build_report(run, []))
     assert "| Profile | none (main LLM only) |" in md
     assert "| Profile session | none |" in md
     assert "No operations ran (no profile, or an empty one)." in md
@@ -531,7 +532,7 @@ def test_privacy_lists_augmentation_storage_only() -> None:
         AugmentationStorage.SUMMARY,
     )
     assert report.privacy.note == REASONING_NOTE
-    md = report.to_markdown()
+    md = render_markdown(report)
     assert "inclusions in the prompt were recorded as: redacted, summary." in md
     assert f"- {REASONING_NOTE}" in md
 
@@ -619,7 +620,7 @@ def test_render_never_breaks_structure(
 
 def test_run_only_write_with_a_short_summary_stays_in_the_table() -> None:
     write = effect(0, "notes", "artifact.write", tag="scratch", summary="created: 3 lines")
-    md = build_report(make_run(applied_effects=(write,)), []).to_markdown()
+    md = render_markdown(build_report(make_run(applied_effects=(write,)), []))
     assert (
         "| `scratch` | new → run-only | `notes` (before_main_llm) |   | `created: 3 lines` |" in md
     )

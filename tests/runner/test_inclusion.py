@@ -31,14 +31,14 @@ from opsrun.model import (
     SystemUpdate,
     VersionSelector,
 )
-from opsrun.runner._inclusion import (
+from opsrun.prompt._effective import build_prompt
+from opsrun.prompt._inclusion import (
     InclusionPlan,
     assemble_prompt,
     merge_section,
     plan_inclusions,
     render_value,
 )
-from opsrun.runner._prompt import build_prompt
 
 SHORT = {"system": "S", "developer": "D", "user": "U", "assistant": "A"}
 T0 = datetime(2024, 1, 1, tzinfo=UTC)

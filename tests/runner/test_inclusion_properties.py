@@ -28,8 +28,8 @@ from opsrun.model import (
     SystemUpdate,
     VersionSelector,
 )
-from opsrun.runner._inclusion import assemble_prompt, plan_inclusions
-from opsrun.runner._prompt import build_prompt
+from opsrun.prompt._effective import build_prompt
+from opsrun.prompt._inclusion import assemble_prompt, plan_inclusions
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 

@@ -8,6 +8,8 @@ import anyio
 import pytest
 
 from opsrun.errors import ProviderError, ProviderTimeout, RateLimited, ResponseFormatRejected
+from opsrun.kinds import LlmOperation, approximate_tokens, builtin_kinds
+from opsrun.kinds.liquid import TemplateEngine, TemplateLimits
 from opsrun.model import (
     Artifact,
     Hook,
@@ -24,20 +26,10 @@ from opsrun.model import (
     Trigger,
     Usage,
 )
+from opsrun.operations import AbortSignal, OperationCatalog, OperationContext, RunMeta
 from opsrun.ports import LlmRequest, LlmResponse, ProviderCapabilities, ResponseFormat
 from opsrun.providers import ProviderRegistry
-from opsrun.runner import (
-    AbortSignal,
-    LlmOperation,
-    OperationCatalog,
-    OperationContext,
-    RunMeta,
-    Runner,
-    TemplateEngine,
-    approximate_tokens,
-    builtin_kinds,
-)
-from opsrun.runner._liquid import TemplateLimits
+from opsrun.runner import Runner
 from opsrun.stores import InMemoryStores
 from opsrun.testing import (
     Delayed,

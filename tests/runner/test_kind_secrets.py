@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from opsrun.errors import ProviderError
+from opsrun.kinds import builtin_kinds
 from opsrun.model import (
     Hook,
     OperationConfig,
@@ -18,9 +19,10 @@ from opsrun.model import (
     RunResult,
     Trigger,
 )
+from opsrun.operations import OperationCatalog
 from opsrun.ports import LlmRequest
 from opsrun.providers import ProviderRegistry
-from opsrun.runner import OperationCatalog, Runner, builtin_kinds
+from opsrun.runner import Runner
 from opsrun.stores import InMemoryStores
 from opsrun.testing import FunctionProvider, ScriptedMainLlm, StaticCredentials
 

@@ -8,6 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from opsrun.kinds import builtin_kinds
+from opsrun.kinds.liquid import TemplateEngine, TemplateLimits
 from opsrun.model import (
     Artifact,
     Hook,
@@ -22,15 +24,9 @@ from opsrun.model import (
     RunResult,
     Trigger,
 )
+from opsrun.operations import OperationCatalog, OperationContext
 from opsrun.providers import ProviderRegistry
-from opsrun.runner import (
-    OperationCatalog,
-    OperationContext,
-    Runner,
-    TemplateEngine,
-    builtin_kinds,
-)
-from opsrun.runner._liquid import TemplateLimits
+from opsrun.runner import Runner
 from opsrun.stores import InMemoryStores
 from opsrun.testing import ScriptedMainLlm, ScriptedProvider
 

@@ -18,7 +18,8 @@ from opsrun.model import (
     UiPresentation,
     WindowRetention,
 )
-from opsrun.runner import artifact_diff, next_artifact, session_view, ui_projection
+from opsrun.report import artifact_diff, session_view, ui_projection
+from opsrun.runner._artifacts import next_artifact
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -8,7 +8,7 @@ import pytest
 from liquid import DictLoader
 
 from opsrun.errors import ConfigError, TemplateError
-from opsrun.runner._liquid import TemplateEngine, TemplateLimits
+from opsrun.kinds.liquid import TemplateEngine, TemplateLimits
 
 
 def _history(n: int) -> list[dict[str, str]]:
@@ -215,8 +215,12 @@ def test_host_loader_enables_partials() -> None:
 
 
 def test_limits_are_validated() -> None:
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError, match="TemplateLimits") as info:
         TemplateLimits(loop_iteration_limit=0)
+    assert info.value.code == "config_error"
+    assert info.value.details["field"] == "loop_iteration_limit"
+    with pytest.raises(TypeError):
+        TemplateLimits(65_536)  # type: ignore[misc]  # keyword-only on purpose
     with pytest.raises(ConfigError):
         TemplateEngine(cache_size=0)
     with pytest.raises(AttributeError):

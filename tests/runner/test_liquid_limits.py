@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from liquid import DictLoader
 
 from opsrun.errors import TemplateError
-from opsrun.runner._liquid import TemplateEngine, TemplateLimits
+from opsrun.kinds.liquid import TemplateEngine, TemplateLimits
 
 BIG = "{% assign big = 'xxxxxxxxxx' %}" + "{% assign big = big | append: big %}" * 16  # ~655k chars
 

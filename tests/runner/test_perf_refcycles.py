@@ -7,12 +7,11 @@ import weakref
 from collections.abc import Iterator
 
 import pytest
-from _support import generate, make_runner, op, use_profile
 
+from _support import generate, make_runner, op, use_profile
 from opsrun.model import OperationResult
-from opsrun.runner import AbortSignal, OperationCatalog, OperationContext
+from opsrun.operations import AbortSignal, OperationCatalog, OperationContext
 from opsrun.stores import InMemoryStores
-from opsrun.testing import ScriptedMainLlm
 
 
 @pytest.fixture
@@ -62,7 +61,7 @@ async def test_a_finished_run_is_freed_without_the_collector() -> None:
 
     await use_profile(stores, op("a"), op("b", depends_on=("a",)))
     catalog.function("b", name="B")(a)
-    run = await make_runner(stores, catalog, ScriptedMainLlm()).run(generate())
+    run = await make_runner(stores=stores, catalog=catalog).run(generate())
     assert run.status == "done"
     assert len(results) == 2
     assert all(ref() is None for ref in results)

@@ -27,7 +27,8 @@ from opsrun.model import (
     RunStatus,
     Trigger,
 )
-from opsrun.runner import OperationCatalog, OperationContext, Runner
+from opsrun.operations import OperationCatalog, OperationContext
+from opsrun.runner import Runner
 from opsrun.stores import InMemoryStores
 from opsrun.testing import FakeClock, ScriptedMainLlm, SequentialIds
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import anyio
 import pytest
-from _support import A, B, generate, op, use_profile
 
+from _support import A, B, generate, op, use_profile
 from opsrun.model import (
     Artifact,
     ArtifactUsage,
@@ -25,7 +25,8 @@ from opsrun.model import (
     UserVariant,
     WindowRetention,
 )
-from opsrun.runner import OperationCatalog, OperationContext, Runner
+from opsrun.operations import OperationCatalog, OperationContext
+from opsrun.runner import Runner
 from opsrun.stores import InMemoryStores
 from opsrun.testing import FakeClock
 

@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator
 
 import anyio
 import pytest
-from _support import A, B, generate, op, use_profile
 
+from _support import A, B, generate, op, use_profile
 from opsrun.model import (
     FinishReason,
     MainLlmStatus,
@@ -17,8 +17,9 @@ from opsrun.model import (
     RunResult,
     RunStatus,
 )
-from opsrun.ports import MainLlmDone, MainLlmRequest
-from opsrun.runner import AbortSignal, OperationCatalog, OperationContext, Runner
+from opsrun.operations import AbortSignal, OperationCatalog, OperationContext
+from opsrun.ports import MainLlmDone, MainLlmRequest, ProviderCapabilities
+from opsrun.runner import Runner
 from opsrun.stores import InMemoryStores
 from opsrun.testing import ScriptedMainLlm
 
@@ -207,7 +208,7 @@ async def test_runner_abort_by_run_id(
 class HangingMainLlm:
     """Streams one chunk, then waits forever (until cancelled)."""
 
-    supports_developer_role = False
+    capabilities = ProviderCapabilities()
 
     def __init__(self) -> None:
         self.streaming = anyio.Event()

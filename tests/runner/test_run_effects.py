@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from _support import A, B, generate, op, use_profile
 
+from _support import A, B, generate, op, use_profile
 from opsrun.model import (
     AppendAfterLastUser,
     AssistantBlocks,
@@ -26,8 +26,10 @@ from opsrun.model import (
     SystemUpdate,
     UserVariant,
 )
-from opsrun.ports import ProviderMessage
-from opsrun.runner import OperationCatalog, OperationContext, Runner, build_prompt
+from opsrun.operations import OperationCatalog, OperationContext
+from opsrun.ports import ProviderCapabilities, ProviderMessage
+from opsrun.prompt._effective import build_prompt
+from opsrun.runner import Runner
 from opsrun.stores import InMemoryStores
 from opsrun.testing import ScriptedMainLlm
 
@@ -200,8 +202,7 @@ def test_build_prompt_depth_rules() -> None:
 async def test_developer_role_kept_when_supported(
     opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
 ) -> None:
-    llm = ScriptedMainLlm()
-    llm.supports_developer_role = True
+    llm = ScriptedMainLlm(capabilities=ProviderCapabilities(developer_role=True))
     opsrun_runner.main_llm = llm
     returning(opsrun_catalog, "n", OperationResult.done(prompt=[AppendAfterLastUser(content="n")]))
     await use_profile(opsrun_stores, op("n", B))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 
 import pytest
-from _support import A, B, generate, op
 
+from _support import A, B, generate, op
 from opsrun.errors import ProviderError
 from opsrun.model import (
     FailedType,
@@ -22,7 +22,9 @@ from opsrun.model import (
     RunStatus,
     Trigger,
 )
-from opsrun.runner import EventLog, OperationCatalog, OperationContext, Runner
+from opsrun.operations import OperationCatalog, OperationContext
+from opsrun.report import EventLog
+from opsrun.runner import Runner
 from opsrun.stores import InMemoryStores
 from opsrun.testing import FakeClock, ScriptedMainLlm, SequentialIds
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import anyio
 import anyio.lowlevel
 import pytest
 
+from opsrun.errors import ConfigError
 from opsrun.model import (
     Hook,
     OperationConfig,
@@ -21,14 +23,8 @@ from opsrun.model import (
     RunStatus,
     Trigger,
 )
-from opsrun.runner import (
-    InProcessExecutor,
-    OperationCatalog,
-    OperationContext,
-    Runner,
-    SyncOperation,
-    ThreadExecutor,
-)
+from opsrun.operations import OperationCatalog, OperationContext, SyncOperation
+from opsrun.runner import InProcessExecutor, Runner, ThreadExecutor
 from opsrun.stores import InMemoryStores
 from opsrun.testing import FakeClock, ScriptedMainLlm, SequentialIds
 
@@ -120,11 +116,27 @@ async def test_thread_executor_timeout_waits_for_the_thread() -> None:
     assert result.operation("slow").error_code == "timeout"
 
 
-def test_executor_limits_are_validated() -> None:
-    with pytest.raises(ValueError, match="at least 1"):
-        InProcessExecutor(limit=0)
-    with pytest.raises(ValueError, match="at least 1"):
-        ThreadExecutor(max_threads=0)
+@pytest.mark.parametrize(
+    ("build", "field"),
+    [
+        (lambda: InProcessExecutor(limit=0), "limit"),
+        (lambda: ThreadExecutor(max_threads=0), "max_threads"),
+        (lambda: ThreadExecutor(limit=0), "limit"),
+    ],
+    ids=["in-process-limit", "max-threads", "thread-limit"],
+)
+def test_executor_limits_are_validated(build: Callable[[], object], field: str) -> None:
+    with pytest.raises(ConfigError, match=">= 1") as info:
+        build()
+    assert info.value.code == "config_error"
+    assert info.value.details["field"] == field
+
+
+def test_executor_options_are_keyword_only() -> None:
+    with pytest.raises(TypeError):
+        InProcessExecutor(1)  # type: ignore[misc]  # positional on purpose
+    with pytest.raises(TypeError):
+        ThreadExecutor(2)  # type: ignore[misc]  # positional on purpose
 
 
 async def test_in_process_limit_one_serialises() -> None:

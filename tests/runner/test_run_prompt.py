@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from _support import A, B, generate, make_runner, op, use_profile
 
+from _support import A, B, generate, make_runner, op, use_profile
 from opsrun.model import (
     AppendAfterLastUser,
     ArtifactRef,
@@ -21,14 +21,9 @@ from opsrun.model import (
     RunStatus,
     WindowRetention,
 )
+from opsrun.operations import OperationCatalog, OperationContext
 from opsrun.ports import MainLlmRequest
-from opsrun.runner import (
-    HistoryWindow,
-    OperationCatalog,
-    OperationContext,
-    SnapshotPolicy,
-    prompt_hash,
-)
+from opsrun.prompt import HistoryWindow, SnapshotPolicy, prompt_hash
 from opsrun.stores import InMemoryStores
 from opsrun.testing import ScriptedMainLlm
 
@@ -65,7 +60,9 @@ def sent(request: MainLlmRequest | None) -> list[tuple[str, str]]:
 
 async def test_history_window_trims_and_records_why() -> None:
     stores, catalog, llm = InMemoryStores(), OperationCatalog(), ScriptedMainLlm()
-    runner = make_runner(stores, catalog, llm, window=HistoryWindow(max_messages=3))
+    runner = make_runner(
+        stores=stores, catalog=catalog, main_llm=llm, window=HistoryWindow(max_messages=3)
+    )
     await use_profile(stores)
     results = [await runner.run(generate(f"turn {i}", system_prompt="S")) for i in range(3)]
     # Turn 3 sees u0 a0 u1 a1 u2; the window keeps the newest three.
@@ -90,7 +87,7 @@ async def test_history_window_trims_and_records_why() -> None:
 
 async def test_snapshot_matches_what_was_sent() -> None:
     stores, catalog, llm = InMemoryStores(), OperationCatalog(), ScriptedMainLlm()
-    runner = make_runner(stores, catalog, llm)
+    runner = make_runner(stores=stores, catalog=catalog, main_llm=llm)
 
     @catalog.function("note", name="Note")
     async def _note(ctx: OperationContext) -> OperationResult:
@@ -120,7 +117,7 @@ async def test_snapshot_matches_what_was_sent() -> None:
 
 async def test_persisted_artifact_enters_later_prompts_and_draft() -> None:
     stores, catalog, llm = InMemoryStores(), OperationCatalog(), ScriptedMainLlm()
-    runner = make_runner(stores, catalog, llm)
+    runner = make_runner(stores=stores, catalog=catalog, main_llm=llm)
     world_writer(catalog)
     drafts: list[str] = []
 
@@ -153,7 +150,9 @@ async def test_persisted_artifact_enters_later_prompts_and_draft() -> None:
 
 async def test_inclusion_anchor_lost_to_the_window_is_recorded() -> None:
     stores, catalog, llm = InMemoryStores(), OperationCatalog(), ScriptedMainLlm()
-    runner = make_runner(stores, catalog, llm, window=HistoryWindow(max_messages=1))
+    runner = make_runner(
+        stores=stores, catalog=catalog, main_llm=llm, window=HistoryWindow(max_messages=1)
+    )
     world_writer(
         catalog,
         PromptInclusion(
@@ -179,7 +178,7 @@ async def test_snapshot_is_bounded_and_augmentation_follows_the_policy() -> None
     policy = SnapshotPolicy(
         max_message_chars=10, max_total_chars=25, augmentation=AugmentationStorage.HASH_ONLY
     )
-    runner = make_runner(stores, catalog, llm, snapshot=policy)
+    runner = make_runner(stores=stores, catalog=catalog, main_llm=llm, snapshot=policy)
 
     @catalog.function("notes", name="Notes")
     async def _notes(ctx: OperationContext) -> OperationResult:
@@ -197,12 +196,7 @@ async def test_snapshot_is_bounded_and_augmentation_follows_the_policy() -> None
     assert notes.chars == len("private working notes")
     # A total budget smaller than the messages omits the rest.
     tight_stores = InMemoryStores()
-    tight = make_runner(
-        tight_stores,
-        OperationCatalog(),
-        ScriptedMainLlm(),
-        snapshot=SnapshotPolicy(max_total_chars=4),
-    )
+    tight = make_runner(stores=tight_stores, snapshot=SnapshotPolicy(max_total_chars=4))
     await use_profile(tight_stores)
     tight_result = await tight.run(generate("hello", system_prompt="system"))
     tight_snapshot = tight_result.run.main_llm.prompt
@@ -216,7 +210,7 @@ async def test_snapshot_is_bounded_and_augmentation_follows_the_policy() -> None
 async def test_summary_storage_keeps_a_short_opening() -> None:
     stores, catalog, llm = InMemoryStores(), OperationCatalog(), ScriptedMainLlm()
     policy = SnapshotPolicy(summary_chars=8, augmentation=AugmentationStorage.SUMMARY)
-    runner = make_runner(stores, catalog, llm, snapshot=policy)
+    runner = make_runner(stores=stores, catalog=catalog, main_llm=llm, snapshot=policy)
 
     @catalog.function("notes", name="Notes")
     async def _notes(ctx: OperationContext) -> OperationResult:
@@ -237,7 +231,7 @@ async def test_summary_storage_keeps_a_short_opening() -> None:
 
 async def test_generation_params_reach_the_main_llm_and_are_recorded_redacted() -> None:
     stores, catalog, llm = InMemoryStores(), OperationCatalog(), ScriptedMainLlm()
-    runner = make_runner(stores, catalog, llm)
+    runner = make_runner(stores=stores, catalog=catalog, main_llm=llm)
     await use_profile(stores)
     key = "sk-proj-" + "Ab3" * 16
     params = {"model": "local-7b", "temperature": 0.2, "apiKey": key}
@@ -252,7 +246,7 @@ async def test_generation_params_reach_the_main_llm_and_are_recorded_redacted() 
 
 async def test_artifact_writes_record_a_short_diff_and_pruned_versions() -> None:
     stores, catalog, llm = InMemoryStores(), OperationCatalog(), ScriptedMainLlm()
-    runner = make_runner(stores, catalog, llm, archive=stores.archive)
+    runner = make_runner(stores=stores, catalog=catalog, main_llm=llm, archive=stores.archive)
     world_writer(catalog)
     await use_profile(stores, op("world", A))
     results = [await runner.run(generate(f"t{i}")) for i in range(3)]
@@ -284,7 +278,7 @@ class BrokenArchive:
 async def test_a_failing_archive_keeps_the_previous_state() -> None:
     stores, catalog, llm = InMemoryStores(), OperationCatalog(), ScriptedMainLlm()
     archive = BrokenArchive()
-    runner = make_runner(stores, catalog, llm, archive=archive)
+    runner = make_runner(stores=stores, catalog=catalog, main_llm=llm, archive=archive)
     world_writer(catalog)
     await use_profile(stores, op("world", A))
     for i in range(2):
@@ -306,7 +300,7 @@ async def test_a_failing_archive_keeps_the_previous_state() -> None:
 
 async def test_a_new_session_id_starts_fresh_and_keeps_the_old_session() -> None:
     stores, catalog, llm = InMemoryStores(), OperationCatalog(), ScriptedMainLlm()
-    runner = make_runner(stores, catalog, llm)
+    runner = make_runner(stores=stores, catalog=catalog, main_llm=llm)
     world_writer(catalog)
     await use_profile(stores, op("world", A))
     await runner.run(generate("one"))
@@ -326,7 +320,9 @@ async def test_a_new_session_id_starts_fresh_and_keeps_the_old_session() -> None
 
 async def test_a_spent_snapshot_budget_keeps_system_and_newest_messages() -> None:
     stores, catalog, llm = InMemoryStores(), OperationCatalog(), ScriptedMainLlm()
-    runner = make_runner(stores, catalog, llm, snapshot=SnapshotPolicy(max_total_chars=7))
+    runner = make_runner(
+        stores=stores, catalog=catalog, main_llm=llm, snapshot=SnapshotPolicy(max_total_chars=7)
+    )
     await use_profile(stores)
     for text in ("aaaa", "bbbb"):
         await runner.run(generate(text, system_prompt="S"))

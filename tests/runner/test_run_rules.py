@@ -6,8 +6,8 @@ from typing import Any
 
 import anyio
 import pytest
-from _support import A, B, generate, op, use_profile
 
+from _support import A, B, generate, op, use_profile
 from opsrun.errors import (
     OperationFailed,
     ProfileInvalid,
@@ -32,7 +32,9 @@ from opsrun.model import (
     Trigger,
     UserVariant,
 )
-from opsrun.runner import OperationCatalog, OperationContext, Runner
+from opsrun.operations import OperationCatalog, OperationContext
+from opsrun.ports import ProviderCapabilities
+from opsrun.runner import Runner
 from opsrun.stores import InMemoryStores
 from opsrun.testing import ScriptedMainLlm
 
@@ -527,7 +529,7 @@ async def test_main_llm_stream_without_final_result(
     opsrun_runner: Runner, opsrun_stores: InMemoryStores
 ) -> None:
     class Truncated:
-        supports_developer_role = False
+        capabilities = ProviderCapabilities()
 
         async def stream(self, request: object) -> Any:
             yield "half a"

@@ -22,7 +22,8 @@ from opsrun.model import (
     RunPhaseChanged,
     RunStarted,
 )
-from opsrun.runner._sse import format_sse, sse_comment, sse_event, sse_stream
+from opsrun.report import sse_comment, sse_event, sse_stream
+from opsrun.report._sse import format_sse
 
 BASE: dict[str, Any] = {
     "ts": datetime(2024, 5, 1, 12, 0, tzinfo=UTC),

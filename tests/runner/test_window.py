@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from opsrun.errors import ConfigError
 from opsrun.model import ChatMessage, ChatRole, MessageVariant
-from opsrun.runner._window import HistoryWindow, TrimmedMessage, trim_history
+from opsrun.prompt import HistoryWindow, SnapshotPolicy, TrimmedMessage, trim_history
 
 
 def message(index: int, text: str, role: ChatRole | None = None) -> ChatMessage:
@@ -86,12 +87,27 @@ def test_token_counter_is_not_called_for_the_trimmed_rest() -> None:
 
 
 @pytest.mark.parametrize(
-    "kwargs",
-    [{"max_messages": -1}, {"max_chars": -5}, {"max_tokens": 10}, {"max_tokens": -1}],
+    ("kwargs", "field"),
+    [
+        ({"max_messages": -1}, "max_messages"),
+        ({"max_chars": -5}, "max_chars"),
+        ({"max_tokens": 10}, "token_counter"),
+        ({"max_tokens": -1}, "max_tokens"),
+    ],
 )
-def test_invalid_windows(kwargs: dict[str, int]) -> None:
-    with pytest.raises(ValueError, match="HistoryWindow"):
-        HistoryWindow(**kwargs)  # type: ignore[arg-type]
+def test_invalid_windows(kwargs: dict[str, int], field: str) -> None:
+    with pytest.raises(ConfigError, match="HistoryWindow") as info:
+        HistoryWindow(**kwargs)
+    assert info.value.code == "config_error"
+    assert info.value.details["field"] == field
+
+
+@pytest.mark.parametrize("field", ["max_message_chars", "max_total_chars", "summary_chars"])
+def test_invalid_snapshot_policies(field: str) -> None:
+    with pytest.raises(ConfigError, match="SnapshotPolicy") as info:
+        SnapshotPolicy(**{field: -1})
+    assert info.value.code == "config_error"
+    assert info.value.details["field"] == field
 
 
 @given(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from opsrun import OperationDefinition, OperationProfile, RateLimited, RunRequest
-from opsrun.runner import OperationCatalog, Runner
+from opsrun import OperationCatalog, OperationDefinition, OperationProfile, Runner, RunRequest
+from opsrun.errors import RateLimited
 from opsrun.testing import ScriptedMainLlm, ScriptedProvider
 
 pytestmark = pytest.mark.anyio
