@@ -13,6 +13,7 @@ from liquid import DictLoader
 
 from opsrun.errors import TemplateError
 from opsrun.kinds.liquid import TemplateEngine, TemplateLimits
+from opsrun.kinds.liquid import _engine as liquid_engine
 
 BIG = "{% assign big = 'xxxxxxxxxx' %}" + "{% assign big = big | append: big %}" * 16  # ~655k chars
 
@@ -141,17 +142,24 @@ def _limit_of(err: TemplateError) -> str:
     return limit
 
 
+# The count and size limits alone must stop every hostile template. The wall-clock budget
+# is raised far above them so that machine load can never decide which limit fires first
+# (the default 0.5 s could, e.g. for many-sequential-loops); test_render_timeout_* cover it.
+COUNT_LIMITS_ONLY = TemplateLimits(timeout_seconds=120)
+
+
 @pytest.mark.parametrize(("source", "limit"), [h[1:] for h in HOSTILE], ids=[h[0] for h in HOSTILE])
 def test_hostile_template_names_its_limit(source: str, limit: str) -> None:
-    engine = TemplateEngine()
-    start = time.perf_counter()
+    engine = TemplateEngine(limits=COUNT_LIMITS_ONLY)
+    start = time.process_time()
     with pytest.raises(TemplateError) as info:
         engine.render(source, {})
-    elapsed = time.perf_counter() - start
+    cpu_seconds = time.process_time() - start
     hit = _limit_of(info.value)
     assert hit == limit, info.value.message
-    # Safety bound only; the assertion that matters is the limit's name above.
-    assert elapsed < 5.0
+    # Safety bound only, in CPU time (load from other processes does not count): a limit
+    # that fired only after unbounded work would take minutes.
+    assert cpu_seconds < 10.0
 
 
 @pytest.mark.parametrize(
@@ -160,7 +168,7 @@ def test_hostile_template_names_its_limit(source: str, limit: str) -> None:
     ids=[h[0] for h in LOADER_HOSTILE],
 )
 def test_hostile_partials(source: str, partials: dict[str, str], limit: str) -> None:
-    engine = TemplateEngine(loader=DictLoader(partials))
+    engine = TemplateEngine(loader=DictLoader(partials), limits=COUNT_LIMITS_ONLY)
     with pytest.raises(TemplateError) as info:
         engine.render(source, {})
     assert _limit_of(info.value) == limit
@@ -180,17 +188,64 @@ def test_hostile_memory_is_bounded(source: str) -> None:
     assert peak < 64 * 1024 * 1024
 
 
-def test_render_timeout_is_cooperative() -> None:
-    engine = TemplateEngine(limits=TemplateLimits(timeout_seconds=0.05))
-    source = (
-        "{% for i in (1..40000) %}{% if i == 3 %}{% endif %}"
-        "{{ i | plus: 1 | minus: 1 }}{% endfor %}"
-    )
-    start = time.perf_counter()
+# A loop that only the clock can stop: the count limits are far above its length.
+ENDLESS = "{% for i in (1..10000000) %}{% if i == 3 %}{% endif %}{{ i | plus: 1 }}{% endfor %}"
+ONLY_THE_CLOCK = {
+    "loop_iteration_limit": 10**8,
+    "max_total_loop_iterations": 10**8,
+    "output_stream_limit": 10**9,
+}
+
+
+class SteppingClock:
+    """Stands in for the engine's monotonic clock: each reading is ``step`` later."""
+
+    def __init__(self, step: float) -> None:
+        self.step = step
+        self.readings: list[float] = []
+
+    def __call__(self) -> float:
+        self.readings.append(len(self.readings) * self.step)
+        return self.readings[-1]
+
+
+def test_render_timeout_is_cooperative(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The render checks the clock as it goes and stops at the first check past its budget.
+
+    With a clock that moves a fixed step per reading the outcome does not depend on the
+    machine's speed or load.
+    """
+    engine = TemplateEngine(limits=TemplateLimits(timeout_seconds=10, **ONLY_THE_CLOCK))
+    engine.parse(ENDLESS)  # parsed (and cached) on the real clock
+    clock = SteppingClock(0.25)
+    monkeypatch.setattr(liquid_engine, "monotonic", clock)
     with pytest.raises(TemplateError) as info:
-        engine.render(source)
+        engine.render(ENDLESS)
     assert _limit_of(info.value) == "timeout_seconds"
-    assert time.perf_counter() - start < 2.0
+    assert "render took longer than 10s" in info.value.message
+    # The first reading (0) set the deadline at 10; the first reading past it (10.25)
+    # ended the render, 41 readings in: nowhere near the loop's 10 million iterations.
+    assert clock.readings[0] == 0
+    assert clock.readings[-1] == 10.25
+
+
+def test_render_timeout_stops_an_endless_loop_on_the_real_clock() -> None:
+    engine = TemplateEngine(limits=TemplateLimits(timeout_seconds=0.05, **ONLY_THE_CLOCK))
+    with pytest.raises(TemplateError) as info:
+        engine.render(ENDLESS)
+    assert _limit_of(info.value) == "timeout_seconds"
+
+
+def test_parse_timeout_is_cooperative(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = SteppingClock(1.0)
+    monkeypatch.setattr(liquid_engine, "monotonic", clock)
+    engine = TemplateEngine(limits=TemplateLimits(timeout_seconds=5))
+    with pytest.raises(TemplateError) as info:
+        engine.parse("{{ x }}" * 100)
+    assert _limit_of(info.value) == "timeout_seconds"
+    assert "parsing took longer than 5s" in info.value.message
+    # Deadline at 0 + 5, one reading per token: the sixth token's reading stops it.
+    assert clock.readings == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
 
 
 def test_small_custom_limits() -> None:
@@ -207,7 +262,7 @@ def test_small_custom_limits() -> None:
 
 
 def test_default_limits_allow_ordinary_work() -> None:
-    engine = TemplateEngine()
+    engine = TemplateEngine(limits=COUNT_LIMITS_ONLY)  # every count limit at its default
     history = [{"role": "user", "content": "hello " * 50} for _ in range(500)]
     art = {f"t{i}": {"value": {"n": i}, "history": list(range(20)), "meta": {}} for i in range(50)}
     source = (
