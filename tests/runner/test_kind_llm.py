@@ -7,6 +7,7 @@ from typing import Any
 import anyio
 import pytest
 
+from _support import make_runner
 from opsrun.errors import ProviderError, ProviderTimeout, RateLimited, ResponseFormatRejected
 from opsrun.kinds import LlmOperation, approximate_tokens, builtin_kinds
 from opsrun.kinds.liquid import TemplateEngine, TemplateLimits
@@ -29,15 +30,12 @@ from opsrun.model import (
 from opsrun.operations import AbortSignal, OperationCatalog, OperationContext, RunMeta
 from opsrun.ports import LlmRequest, LlmResponse, ProviderCapabilities, ResponseFormat
 from opsrun.providers import ProviderRegistry
-from opsrun.runner import Runner
 from opsrun.stores import InMemoryStores
 from opsrun.testing import (
     Delayed,
-    FakeClock,
     FunctionProvider,
     ScriptedMainLlm,
     ScriptedProvider,
-    SequentialIds,
     StaticCredentials,
 )
 
@@ -82,16 +80,7 @@ class Harness:
             )
         )
         self.catalog.add_definition(OperationDefinition(operation_id="aux", name="Aux", kind="llm"))
-        self.runner = Runner(
-            catalog=self.catalog,
-            profiles=self.stores.profiles,
-            sessions=self.stores.sessions,
-            chats=self.stores.chats,
-            runs=self.stores.runs,
-            main_llm=self.main_llm,
-            clock=FakeClock(),
-            ids=SequentialIds(),
-        )
+        self.runner = make_runner(stores=self.stores, catalog=self.catalog, main_llm=self.main_llm)
 
     async def run(
         self, params: dict[str, Any], *, hook: Hook = B, user: str = "hello there", **config: Any
@@ -604,14 +593,7 @@ async def test_runs_without_a_registry_end_in_config_error() -> None:
     operation = catalog.add_definition(OperationDefinition(operation_id="x", name="X", kind="llm"))
     assert type(operation).__name__ == "LlmOperation"
     stores = InMemoryStores()
-    runner = Runner(
-        catalog=catalog,
-        profiles=stores.profiles,
-        sessions=stores.sessions,
-        chats=stores.chats,
-        runs=stores.runs,
-        main_llm=ScriptedMainLlm(),
-    )
+    runner = make_runner(stores=stores, catalog=catalog)
     entry = ProfileOperation(
         operation_id="x", config=OperationConfig(hooks=(B,), order=1, params=llm_params())
     )

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from _support import make_runner
 from opsrun.errors import ProviderError
 from opsrun.kinds import builtin_kinds
 from opsrun.model import (
@@ -22,7 +23,6 @@ from opsrun.model import (
 from opsrun.operations import OperationCatalog
 from opsrun.ports import LlmRequest
 from opsrun.providers import ProviderRegistry
-from opsrun.runner import Runner
 from opsrun.stores import InMemoryStores
 from opsrun.testing import FunctionProvider, ScriptedMainLlm, StaticCredentials
 
@@ -78,14 +78,7 @@ async def test_credentials_and_keys_stay_out_of_every_record(provider_fails: boo
     catalog.add_definition(OperationDefinition(operation_id="aux", name="Aux", kind="llm"))
     catalog.add_definition(OperationDefinition(operation_id="tpl", name="Tpl", kind="template"))
     catalog.add_definition(OperationDefinition(operation_id="bad", name="Bad", kind="template"))
-    runner = Runner(
-        catalog=catalog,
-        profiles=stores.profiles,
-        sessions=stores.sessions,
-        chats=stores.chats,
-        runs=stores.runs,
-        main_llm=main_llm,
-    )
+    runner = make_runner(stores=stores, catalog=catalog, main_llm=main_llm)
     llm_params = {
         "providerRef": "p",
         "model": "m",

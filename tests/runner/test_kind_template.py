@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from _support import make_runner
 from opsrun.kinds import builtin_kinds
 from opsrun.kinds.liquid import TemplateEngine, TemplateLimits
 from opsrun.model import (
@@ -26,7 +27,6 @@ from opsrun.model import (
 )
 from opsrun.operations import OperationCatalog, OperationContext
 from opsrun.providers import ProviderRegistry
-from opsrun.runner import Runner
 from opsrun.stores import InMemoryStores
 from opsrun.testing import ScriptedMainLlm, ScriptedProvider
 
@@ -49,14 +49,7 @@ class Harness:
                 providers=ProviderRegistry({"test": self.provider}), engine=self.engine
             )
         )
-        self.runner = Runner(
-            catalog=self.catalog,
-            profiles=self.stores.profiles,
-            sessions=self.stores.sessions,
-            chats=self.stores.chats,
-            runs=self.stores.runs,
-            main_llm=self.main_llm,
-        )
+        self.runner = make_runner(stores=self.stores, catalog=self.catalog, main_llm=self.main_llm)
         self.entries: list[ProfileOperation] = []
 
     def template(self, op_id: str, params: dict[str, Any], **config: Any) -> None:

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from _support import make_runner
 from opsrun.model import (
     AppendAfterLastUser,
     AssistantMeta,
@@ -28,9 +29,8 @@ from opsrun.model import (
     Trigger,
 )
 from opsrun.operations import OperationCatalog, OperationContext
-from opsrun.runner import Runner
 from opsrun.stores import InMemoryStores
-from opsrun.testing import FakeClock, ScriptedMainLlm, SequentialIds
+from opsrun.testing import ScriptedMainLlm
 
 B, A = Hook.BEFORE_MAIN_LLM, Hook.AFTER_MAIN_LLM
 OUTCOMES = ("done", "skipped", "error", "raise", "timeout", "abort")
@@ -199,16 +199,7 @@ async def execute(specs: list[Spec]) -> tuple[RunResult, Probe, ScriptedMainLlm,
         )
     )
     llm = ScriptedMainLlm(default="reply")
-    runner = Runner(
-        catalog=build(specs, probe),
-        profiles=stores.profiles,
-        sessions=stores.sessions,
-        chats=stores.chats,
-        runs=stores.runs,
-        main_llm=llm,
-        clock=FakeClock(),
-        ids=SequentialIds(),
-    )
+    runner = make_runner(stores=stores, catalog=build(specs, probe), main_llm=llm)
     with anyio.fail_after(10):
         result = await runner.run(
             RunRequest(trigger=Trigger.GENERATE, chat_id="c", profile_id="p", user_message="u")

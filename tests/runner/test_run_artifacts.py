@@ -52,11 +52,11 @@ async def stored(stores: InMemoryStores, tag: str) -> Artifact | None:
 
 
 async def test_persisted_versions_and_overwrite(
-    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+    runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
 ) -> None:
     counter(opsrun_catalog, None)
     await use_profile(opsrun_stores, op("count", A))
-    results = [await opsrun_runner.run(generate(f"t{i}")) for i in range(3)]
+    results = [await runner.run(generate(f"t{i}")) for i in range(3)]
     art = await stored(opsrun_stores, "count")
     assert art is not None
     assert (art.value, art.version, art.based_on_version) == (3, 3, 2)
@@ -71,11 +71,11 @@ async def test_persisted_versions_and_overwrite(
 
 
 async def test_window_max_versions(
-    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+    runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
 ) -> None:
     counter(opsrun_catalog, WindowRetention(max_versions=2))
     await use_profile(opsrun_stores, op("count", B))
-    results = [await opsrun_runner.run(generate(f"t{i}")) for i in range(5)]
+    results = [await runner.run(generate(f"t{i}")) for i in range(5)]
     art = await stored(opsrun_stores, "count")
     assert art is not None
     assert art.value == 5
@@ -84,20 +84,20 @@ async def test_window_max_versions(
 
 
 async def test_window_ttl_uses_the_clock(
-    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+    runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
 ) -> None:
-    clock = opsrun_runner.clock
+    clock = runner.clock
     assert isinstance(clock, FakeClock)
     counter(opsrun_catalog, WindowRetention(ttl_ms=10_000))
     await use_profile(opsrun_stores, op("count", B))
-    await opsrun_runner.run(generate("t1"))  # v1 at t=0
+    await runner.run(generate("t1"))  # v1 at t=0
     clock.advance(seconds=5)
-    await opsrun_runner.run(generate("t2"))  # v2 at t=5, history [v1 (t=0)]
+    await runner.run(generate("t2"))  # v2 at t=5, history [v1 (t=0)]
     art = await stored(opsrun_stores, "count")
     assert art is not None
     assert [h.version for h in art.history] == [1]
     clock.advance(seconds=8)
-    await opsrun_runner.run(generate("t3"))  # t=13: v1 is 13 s old, v2 8 s
+    await runner.run(generate("t3"))  # t=13: v1 is 13 s old, v2 8 s
     art = await stored(opsrun_stores, "count")
     assert art is not None
     assert art.value == 3
@@ -105,7 +105,7 @@ async def test_window_ttl_uses_the_clock(
 
 
 async def test_durable_keeps_everything_and_retention_sticks(
-    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+    runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
 ) -> None:
     retention: list[Retention | None] = [DurableRetention()]
 
@@ -120,7 +120,7 @@ async def test_durable_keeps_everything_and_retention_sticks(
 
     await use_profile(opsrun_stores, op("count", A))
     for i in range(4):
-        await opsrun_runner.run(generate(f"t{i}"))
+        await runner.run(generate(f"t{i}"))
     art = await stored(opsrun_stores, "count")
     assert art is not None
     assert art.retention == DurableRetention()
@@ -128,7 +128,7 @@ async def test_durable_keeps_everything_and_retention_sticks(
 
 
 async def test_run_only_artifacts_are_staged_for_dependants_and_not_persisted(
-    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+    runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
 ) -> None:
     seen: dict[str, Any] = {}
 
@@ -160,7 +160,7 @@ async def test_run_only_artifacts_are_staged_for_dependants_and_not_persisted(
         op("transitive", B, depends_on=("direct",)),
         op("after", A),
     )
-    await opsrun_runner.run(generate("one"))
+    await runner.run(generate("one"))
     assert seen["direct"] == ({"combat": True}, 1, False)
     assert seen["transitive"] == {"combat": True}
     assert seen["after"] == [{"combat": True}]
@@ -169,12 +169,12 @@ async def test_run_only_artifacts_are_staged_for_dependants_and_not_persisted(
     # a later run does not see the previous run's run-only artifact before writing it
     seen.clear()
     await use_profile(opsrun_stores, op("guard", B, order=2), op("after", B, order=1))
-    await opsrun_runner.run(generate("two"))
+    await runner.run(generate("two"))
     assert seen["after"] == [None]
 
 
 async def test_uncommitted_staged_write_is_invisible_to_non_dependants(
-    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+    runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
 ) -> None:
     written = anyio.Event()
     seen: list[Any] = []
@@ -200,12 +200,12 @@ async def test_uncommitted_staged_write_is_invisible_to_non_dependants(
         op("gate", B, order=1),
         op("reader", B, depends_on=("gate",)),
     )
-    await opsrun_runner.run(generate())
+    await runner.run(generate())
     assert seen == [None]
 
 
 async def test_persisted_write_in_before_hook_is_visible_after(
-    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+    runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
 ) -> None:
     seen: list[Any] = []
 
@@ -222,7 +222,7 @@ async def test_persisted_write_in_before_hook_is_visible_after(
         return OperationResult.done()
 
     await use_profile(opsrun_stores, op("w", B), op("r", A))
-    await opsrun_runner.run(generate())
+    await runner.run(generate())
     assert seen == [({"hp": 3}, 1, ArtifactUsage.PROMPT_AND_UI)]
     art = await stored(opsrun_stores, "state")
     assert art is not None
@@ -230,7 +230,7 @@ async def test_persisted_write_in_before_hook_is_visible_after(
 
 
 async def test_stale_based_on_version_is_artifact_conflict(
-    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+    runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
 ) -> None:
     @opsrun_catalog.function("stale", name="Stale", write_tag="t")
     async def _stale(ctx: OperationContext) -> OperationResult:
@@ -240,7 +240,7 @@ async def test_stale_based_on_version_is_artifact_conflict(
         )
 
     await use_profile(opsrun_stores, op("stale", B, required=True))
-    result = await opsrun_runner.run(generate("orig"))
+    result = await runner.run(generate("orig"))
     stale = result.operation("stale")
     assert stale.status == OperationStatus.ERROR
     assert stale.error_code == "artifact_conflict"
@@ -253,7 +253,7 @@ async def test_stale_based_on_version_is_artifact_conflict(
 
 
 async def test_concurrent_runs_conflict_on_the_same_version(
-    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+    runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
 ) -> None:
     both_read = anyio.Event()
     readers: list[int | None] = []
@@ -272,13 +272,13 @@ async def test_concurrent_runs_conflict_on_the_same_version(
         )
 
     await use_profile(opsrun_stores, op("ws", A))
-    first = await opsrun_runner.run(generate("seed"))
+    first = await runner.run(generate("seed"))
     assert first.status == RunStatus.DONE
 
     results: list[RunResult] = []
 
     async def go(text: str) -> None:
-        results.append(await opsrun_runner.run(generate(text)))
+        results.append(await runner.run(generate(text)))
 
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:

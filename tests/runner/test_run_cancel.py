@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import anyio
 import pytest
 
-from _support import A, B, generate, op, use_profile
+from _support import A, B, generate, make_runner, op, use_profile
 from opsrun.model import (
     FinishReason,
     MainLlmStatus,
@@ -54,7 +54,7 @@ def register(catalog: OperationCatalog, op_id: str) -> None:
 
 
 async def test_operation_timeout_is_error_timeout(
-    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+    runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
 ) -> None:
     tracker = Tracker()
     tracker.hanging(opsrun_catalog, "slow")
@@ -66,7 +66,7 @@ async def test_operation_timeout_is_error_timeout(
         op("child", B, depends_on=("slow",)),
         op("other", B),
     )
-    result = await opsrun_runner.run(generate())
+    result = await runner.run(generate())
     assert result.status == RunStatus.DONE
     slow = result.operation("slow")
     assert slow.status == OperationStatus.ERROR
@@ -78,14 +78,14 @@ async def test_operation_timeout_is_error_timeout(
 
 
 async def test_required_operation_timeout_fails_the_barrier(
-    opsrun_runner: Runner,
+    runner: Runner,
     opsrun_catalog: OperationCatalog,
     opsrun_stores: InMemoryStores,
     opsrun_main_llm: ScriptedMainLlm,
 ) -> None:
     Tracker().hanging(opsrun_catalog, "slow")
     await use_profile(opsrun_stores, op("slow", B, timeout_ms=10, required=True))
-    result = await opsrun_runner.run(generate())
+    result = await runner.run(generate())
     assert result.status == RunStatus.FAILED
     assert result.run.failed_details is not None
     assert result.run.failed_details.error_code == "timeout"
@@ -93,7 +93,7 @@ async def test_required_operation_timeout_fails_the_barrier(
 
 
 async def test_deadline_during_operation_aborts_run(
-    opsrun_runner: Runner,
+    runner: Runner,
     opsrun_catalog: OperationCatalog,
     opsrun_stores: InMemoryStores,
     opsrun_main_llm: ScriptedMainLlm,
@@ -102,7 +102,7 @@ async def test_deadline_during_operation_aborts_run(
     tracker.hanging(opsrun_catalog, "slow")
     register(opsrun_catalog, "after")
     await use_profile(opsrun_stores, op("slow", B), op("after", A))
-    result = await opsrun_runner.run(generate(deadline_ms=30))
+    result = await runner.run(generate(deadline_ms=30))
     assert result.status == RunStatus.ABORTED
     assert result.run.abort_reason == "deadline"
     assert result.failed_type is None
@@ -115,12 +115,12 @@ async def test_deadline_during_operation_aborts_run(
 
 
 async def test_deadline_during_main_llm(
-    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+    runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
 ) -> None:
-    opsrun_runner.main_llm = ScriptedMainLlm(["a long reply that never ends"], delay=10)
+    runner.main_llm = ScriptedMainLlm(["a long reply that never ends"], delay=10)
     register(opsrun_catalog, "after")
     await use_profile(opsrun_stores, op("after", A))
-    result = await opsrun_runner.run(generate(deadline_ms=30))
+    result = await runner.run(generate(deadline_ms=30))
     assert result.status == RunStatus.ABORTED
     assert result.run.abort_reason == "deadline"
     main = result.run.main_llm
@@ -151,7 +151,7 @@ async def _run_and_abort_when_started(
 
 
 async def test_abort_signal_during_operation(
-    opsrun_runner: Runner,
+    runner: Runner,
     opsrun_catalog: OperationCatalog,
     opsrun_stores: InMemoryStores,
     opsrun_main_llm: ScriptedMainLlm,
@@ -168,7 +168,7 @@ async def test_abort_signal_during_operation(
         op("child", B, depends_on=("slow",), required=True),
         op("after", A),
     )
-    result = await _run_and_abort_when_started(opsrun_runner, tracker, AbortSignal())
+    result = await _run_and_abort_when_started(runner, tracker, AbortSignal())
     assert result.status == RunStatus.ABORTED
     assert result.run.abort_reason == "user_abort"
     assert result.operation("slow").status == OperationStatus.ABORTED
@@ -183,26 +183,26 @@ async def test_abort_signal_during_operation(
 
 
 async def test_runner_abort_by_run_id(
-    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+    runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
 ) -> None:
     aborted: list[bool] = []
 
     @opsrun_catalog.function("self_abort", name="Self abort")
     async def _fn(ctx: OperationContext) -> OperationResult:
-        aborted.append(opsrun_runner.abort(ctx.run.run_id))
+        aborted.append(runner.abort(ctx.run.run_id))
         assert ctx.aborted
         await anyio.sleep_forever()
         raise AssertionError("unreachable")
 
     await use_profile(opsrun_stores, op("self_abort", B))
     with anyio.fail_after(5):
-        result = await opsrun_runner.run(generate())
+        result = await runner.run(generate())
     assert aborted == [True]
     assert result.status == RunStatus.ABORTED
     assert result.run.abort_reason == "user_abort"
     assert result.operation("self_abort").status == OperationStatus.ABORTED
-    assert opsrun_runner.abort(result.run.run_id) is False
-    assert opsrun_runner.abort("run_unknown") is False
+    assert runner.abort(result.run.run_id) is False
+    assert runner.abort("run_unknown") is False
 
 
 class HangingMainLlm:
@@ -230,10 +230,10 @@ class HangingMainLlm:
 
 
 async def test_abort_during_main_llm_stream(
-    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+    runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
 ) -> None:
     llm = HangingMainLlm()
-    opsrun_runner.main_llm = llm
+    runner.main_llm = llm
     register(opsrun_catalog, "before")
     register(opsrun_catalog, "after")
     await use_profile(opsrun_stores, op("before", B), op("after", A, required=True))
@@ -241,7 +241,7 @@ async def test_abort_during_main_llm_stream(
     results: list[RunResult] = []
 
     async def go() -> None:
-        results.append(await opsrun_runner.run(generate(), abort=signal))
+        results.append(await runner.run(generate(), abort=signal))
 
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:
@@ -266,7 +266,7 @@ async def test_abort_during_main_llm_stream(
 
 
 async def test_signal_aborted_before_the_run(
-    opsrun_runner: Runner,
+    runner: Runner,
     opsrun_catalog: OperationCatalog,
     opsrun_stores: InMemoryStores,
     opsrun_main_llm: ScriptedMainLlm,
@@ -282,7 +282,7 @@ async def test_signal_aborted_before_the_run(
     await use_profile(opsrun_stores, op("x", B), op("y", A))
     signal = AbortSignal()
     signal.abort("user_abort")
-    result = await opsrun_runner.run(generate(), abort=signal)
+    result = await runner.run(generate(), abort=signal)
     assert result.status == RunStatus.ABORTED
     assert ran == []
     assert opsrun_main_llm.requests == []
@@ -290,12 +290,12 @@ async def test_signal_aborted_before_the_run(
 
 
 async def test_abort_during_after_hook_keeps_the_reply(
-    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+    runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
 ) -> None:
     tracker = Tracker()
     tracker.hanging(opsrun_catalog, "post")
     await use_profile(opsrun_stores, op("post", A))
-    result = await _run_and_abort_when_started(opsrun_runner, tracker, AbortSignal())
+    result = await _run_and_abort_when_started(runner, tracker, AbortSignal())
     assert result.status == RunStatus.ABORTED
     assert result.run.main_llm.status == MainLlmStatus.DONE
     assert result.operation("post").status == OperationStatus.ABORTED
@@ -307,15 +307,7 @@ async def test_abort_during_after_hook_keeps_the_reply(
 @pytest.mark.anyio
 async def test_deadline_leaves_the_callers_signal_reusable() -> None:
     """A deadline aborts the run, not the AbortSignal the caller passed in."""
-    stores = InMemoryStores()
-    runner = Runner(
-        catalog=OperationCatalog(),
-        profiles=stores.profiles,
-        sessions=stores.sessions,
-        chats=stores.chats,
-        runs=stores.runs,
-        main_llm=ScriptedMainLlm(["slow reply " * 20], chunk_size=4, delay=0.01),
-    )
+    runner = make_runner(main_llm=ScriptedMainLlm(["slow reply " * 20], chunk_size=4, delay=0.01))
     signal = AbortSignal()
     first = await runner.run(
         RunRequest(trigger="generate", chat_id="c", user_message="hi", deadline_ms=20),

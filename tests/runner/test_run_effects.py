@@ -50,14 +50,14 @@ def msgs(*pairs: tuple[str, str]) -> list[ProviderMessage]:
 
 
 async def test_prompt_effects_reach_the_main_llm_in_order(
-    opsrun_runner: Runner,
+    runner: Runner,
     opsrun_catalog: OperationCatalog,
     opsrun_stores: InMemoryStores,
     opsrun_main_llm: ScriptedMainLlm,
 ) -> None:
     opsrun_main_llm.replies.extend(["a1", "a2"])
     await use_profile(opsrun_stores)
-    await opsrun_runner.run(generate("u1", system_prompt="sys"))
+    await runner.run(generate("u1", system_prompt="sys"))
 
     returning(
         opsrun_catalog,
@@ -98,7 +98,7 @@ async def test_prompt_effects_reach_the_main_llm_in_order(
     await use_profile(
         opsrun_stores, op("three", B, order=3), op("two", B, order=2), op("one", B, order=1)
     )
-    result = await opsrun_runner.run(generate("u2", system_prompt="sys"))
+    result = await runner.run(generate("u2", system_prompt="sys"))
     assert result.status == RunStatus.DONE
     assert list(opsrun_main_llm.requests[1].messages) == msgs(
         ("system", "P:sys:A"),
@@ -128,7 +128,7 @@ async def test_prompt_effects_reach_the_main_llm_in_order(
     ],
 )
 async def test_system_update_applies_in_commit_order(
-    opsrun_runner: Runner,
+    runner: Runner,
     opsrun_catalog: OperationCatalog,
     opsrun_stores: InMemoryStores,
     opsrun_main_llm: ScriptedMainLlm,
@@ -148,7 +148,7 @@ async def test_system_update_applies_in_commit_order(
         op("op2", B, order=0, depends_on=("op1",)),
         op("op1", B, order=9),
     )
-    await opsrun_runner.run(generate(system_prompt="base"))
+    await runner.run(generate(system_prompt="base"))
     assert opsrun_main_llm.requests[0].messages[0] == ProviderMessage(
         role="system", content=expected
     )
@@ -200,18 +200,18 @@ def test_build_prompt_depth_rules() -> None:
 
 
 async def test_developer_role_kept_when_supported(
-    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+    runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
 ) -> None:
     llm = ScriptedMainLlm(capabilities=ProviderCapabilities(developer_role=True))
-    opsrun_runner.main_llm = llm
+    runner.main_llm = llm
     returning(opsrun_catalog, "n", OperationResult.done(prompt=[AppendAfterLastUser(content="n")]))
     await use_profile(opsrun_stores, op("n", B))
-    await opsrun_runner.run(generate())
+    await runner.run(generate())
     assert llm.requests[0].messages[-1] == ProviderMessage(role="developer", content="n")
 
 
 async def test_effects_of_non_done_operations_never_apply(
-    opsrun_runner: Runner,
+    runner: Runner,
     opsrun_catalog: OperationCatalog,
     opsrun_stores: InMemoryStores,
     opsrun_main_llm: ScriptedMainLlm,
@@ -239,7 +239,7 @@ async def test_effects_of_non_done_operations_never_apply(
         OperationResult(status=OperationStatus.ABORTED, effects=effects),
     )
     await use_profile(opsrun_stores, op("skips", B), op("errs", B), op("aborts", B))
-    result = await opsrun_runner.run(generate("hello"))
+    result = await runner.run(generate("hello"))
     assert result.status == RunStatus.DONE
     assert list(opsrun_main_llm.requests[0].messages) == msgs(("user", "hello"))
     assert result.run.applied_effects == ()
@@ -249,7 +249,7 @@ async def test_effects_of_non_done_operations_never_apply(
 
 
 async def test_commit_order_and_applied_effect_indices(
-    opsrun_runner: Runner,
+    runner: Runner,
     opsrun_catalog: OperationCatalog,
     opsrun_stores: InMemoryStores,
     opsrun_main_llm: ScriptedMainLlm,
@@ -269,7 +269,7 @@ async def test_commit_order_and_applied_effect_indices(
         op("c", B, order=1),
         op("post", A, order=0),
     )
-    result = await opsrun_runner.run(generate("u"))
+    result = await runner.run(generate("u"))
     expected = ["c", "a", "b", "z"]
     assert [m.content for m in opsrun_main_llm.requests[0].messages[1:]] == expected
     applied = result.run.applied_effects
@@ -286,7 +286,7 @@ async def test_commit_order_and_applied_effect_indices(
 
 
 async def test_user_variant_reaches_prompt_and_later_history(
-    opsrun_runner: Runner,
+    runner: Runner,
     opsrun_catalog: OperationCatalog,
     opsrun_stores: InMemoryStores,
     opsrun_main_llm: ScriptedMainLlm,
@@ -305,7 +305,7 @@ async def test_user_variant_reaches_prompt_and_later_history(
         return OperationResult.done()
 
     await use_profile(opsrun_stores, op("fix", B), op("look", A))
-    first = await opsrun_runner.run(generate("hallo"))
+    first = await runner.run(generate("hallo"))
     assert first.status == RunStatus.DONE
     assert opsrun_main_llm.requests[0].messages[-1] == ProviderMessage(role="user", content="hello")
     message = await opsrun_stores.chats.get_message("c", first.run.user_message_id)
@@ -314,12 +314,12 @@ async def test_user_variant_reaches_prompt_and_later_history(
     assert message.selected.source == "operation:fix"
     assert seen == ["hello", "OK"]
 
-    await opsrun_runner.run(generate("next"))
+    await runner.run(generate("next"))
     assert [m.content for m in opsrun_main_llm.requests[1].messages] == ["hello", "OK", "next"]
 
 
 async def test_user_variant_not_selected(
-    opsrun_runner: Runner,
+    runner: Runner,
     opsrun_catalog: OperationCatalog,
     opsrun_stores: InMemoryStores,
     opsrun_main_llm: ScriptedMainLlm,
@@ -330,7 +330,7 @@ async def test_user_variant_not_selected(
         OperationResult.done(turn=[UserVariant(content="alt", select=False)]),
     )
     await use_profile(opsrun_stores, op("alt", B))
-    result = await opsrun_runner.run(generate("orig"))
+    result = await runner.run(generate("orig"))
     message = await opsrun_stores.chats.get_message("c", result.run.user_message_id)
     assert [v.content for v in message.variants] == ["orig", "alt"]
     assert message.prompt_text == "orig"
@@ -338,7 +338,7 @@ async def test_user_variant_not_selected(
 
 
 async def test_assistant_effects_after_hook(
-    opsrun_runner: Runner,
+    runner: Runner,
     opsrun_catalog: OperationCatalog,
     opsrun_stores: InMemoryStores,
     opsrun_main_llm: ScriptedMainLlm,
@@ -362,7 +362,7 @@ async def test_assistant_effects_after_hook(
     await use_profile(
         opsrun_stores, op("canon", A, order=1), op("blocks", A, order=2), op("meta", A, order=3)
     )
-    result = await opsrun_runner.run(generate("q"))
+    result = await runner.run(generate("q"))
     assert result.status == RunStatus.DONE
     assert seen == ["raw reply", "raw reply"]
     history = await opsrun_stores.chats.history("c", "main")
@@ -377,12 +377,12 @@ async def test_assistant_effects_after_hook(
     # the main LLM's own variant stays recorded on the run
     assert result.run.main_llm.assistant_variant_id == assistant.variants[0].variant_id
 
-    await opsrun_runner.run(generate("again"))
+    await runner.run(generate("again"))
     assert [m.content for m in opsrun_main_llm.requests[1].messages] == ["q", "RAW REPLY", "again"]
 
 
 async def test_before_hook_sees_draft_prompt(
-    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+    runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
 ) -> None:
     seen: list[Any] = []
 
@@ -393,5 +393,5 @@ async def test_before_hook_sees_draft_prompt(
         return OperationResult.done()
 
     await use_profile(opsrun_stores, op("peek", B))
-    await opsrun_runner.run(generate("q", system_prompt="s"))
+    await runner.run(generate("q", system_prompt="s"))
     assert seen == [[("system", "s"), ("user", "q")], None]

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from _support import A, B, generate, op
+from _support import A, B, generate, make_runner, op
 from opsrun.errors import ProviderError
 from opsrun.model import (
     FailedType,
@@ -26,7 +26,7 @@ from opsrun.operations import OperationCatalog, OperationContext
 from opsrun.report import EventLog
 from opsrun.runner import Runner
 from opsrun.stores import InMemoryStores
-from opsrun.testing import FakeClock, ScriptedMainLlm, SequentialIds
+from opsrun.testing import ScriptedMainLlm
 
 pytestmark = pytest.mark.anyio
 
@@ -53,20 +53,10 @@ class RecordingSink:
             raise RuntimeError("sink down")
 
 
-def make_runner(
+def runner_with(
     stores: InMemoryStores, catalog: OperationCatalog, llm: ScriptedMainLlm, sink: RecordingSink
 ) -> Runner:
-    return Runner(
-        catalog=catalog,
-        profiles=stores.profiles,
-        sessions=stores.sessions,
-        chats=stores.chats,
-        runs=stores.runs,
-        main_llm=llm,
-        events=sink,
-        clock=FakeClock(),
-        ids=SequentialIds(),
-    )
+    return make_runner(stores=stores, catalog=catalog, main_llm=llm, events=sink)
 
 
 def build(fail: bool = False) -> OperationCatalog:
@@ -115,7 +105,7 @@ async def test_every_event_type_in_order() -> None:
     llm = ScriptedMainLlm([reply], chunk_size=7)
     sink = RecordingSink()
     catalog = build()
-    result = await make_runner(stores, catalog, llm, sink).run(generate())
+    result = await runner_with(stores, catalog, llm, sink).run(generate())
     assert result.status == RunStatus.DONE
 
     stored_events = await stores.runs.events(result.run.run_id)
@@ -166,7 +156,7 @@ async def test_failed_run_events_carry_failed_type() -> None:
     stores = InMemoryStores()
     await profile(stores, required=True)
     sink = RecordingSink()
-    result = await make_runner(stores, build(fail=True), ScriptedMainLlm(), sink).run(generate())
+    result = await runner_with(stores, build(fail=True), ScriptedMainLlm(), sink).run(generate())
     assert result.failed_type == FailedType.BEFORE_BARRIER
     check_seq(sink.events)
     types = [e.type for e in sink.events]
@@ -197,7 +187,7 @@ async def test_main_llm_error_events() -> None:
     await profile(stores)
     sink = RecordingSink()
     llm = ScriptedMainLlm([ProviderError("upstream 500")])
-    result = await make_runner(stores, build(), llm, sink).run(generate())
+    result = await runner_with(stores, build(), llm, sink).run(generate())
     assert result.failed_type == FailedType.MAIN_LLM
     check_seq(sink.events)
     finished = next(e for e in sink.events if e.type == "main_llm.finished")
@@ -212,7 +202,7 @@ async def test_broken_sink_does_not_break_the_run() -> None:
     stores = InMemoryStores()
     await profile(stores)
     sink = RecordingSink(fail_on="operation.started")
-    result = await make_runner(stores, build(), ScriptedMainLlm(), sink).run(generate())
+    result = await runner_with(stores, build(), ScriptedMainLlm(), sink).run(generate())
     assert result.status == RunStatus.DONE
     assert sink.events == await stores.runs.events(result.run.run_id)
     assert sink.events[-1].type == "run.finished"
@@ -222,7 +212,7 @@ async def test_seq_restarts_per_run() -> None:
     stores = InMemoryStores()
     await profile(stores)
     sink = RecordingSink()
-    runner = make_runner(stores, build(), ScriptedMainLlm(), sink)
+    runner = runner_with(stores, build(), ScriptedMainLlm(), sink)
     first = await runner.run(generate("a"))
     second = await runner.run(generate("b"))
     for run in (first, second):
@@ -233,7 +223,7 @@ async def test_event_log_dedupes_reorders_and_reports_gaps() -> None:
     stores = InMemoryStores()
     await profile(stores)
     sink = RecordingSink()
-    runner = make_runner(stores, build(), ScriptedMainLlm(), sink)
+    runner = runner_with(stores, build(), ScriptedMainLlm(), sink)
     run_a = (await runner.run(generate("a"))).run.run_id
     run_b = (await runner.run(generate("b"))).run.run_id
     events = list(sink.events)

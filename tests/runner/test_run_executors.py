@@ -10,6 +10,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
+from _support import make_runner
 from opsrun.errors import ConfigError
 from opsrun.model import (
     Hook,
@@ -24,26 +25,11 @@ from opsrun.model import (
     Trigger,
 )
 from opsrun.operations import OperationCatalog, OperationContext, SyncOperation
-from opsrun.runner import InProcessExecutor, Runner, ThreadExecutor
+from opsrun.runner import InProcessExecutor, ThreadExecutor
 from opsrun.stores import InMemoryStores
-from opsrun.testing import FakeClock, ScriptedMainLlm, SequentialIds
 
 B = Hook.BEFORE_MAIN_LLM
 pytestmark = pytest.mark.anyio
-
-
-def runner_for(catalog: OperationCatalog, stores: InMemoryStores, **kw: Any) -> Runner:
-    return Runner(
-        catalog=catalog,
-        profiles=stores.profiles,
-        sessions=stores.sessions,
-        chats=stores.chats,
-        runs=stores.runs,
-        main_llm=ScriptedMainLlm(),
-        clock=FakeClock(),
-        ids=SequentialIds(),
-        **kw,
-    )
 
 
 async def profile_of(stores: InMemoryStores, *op_ids: str, **config: Any) -> None:
@@ -88,7 +74,7 @@ async def test_thread_executor_runs_sync_operations_in_a_worker_thread() -> None
 
     stores = InMemoryStores()
     await profile_of(stores, "blocking", "async_one")
-    runner = runner_for(catalog, stores, executor=ThreadExecutor(max_threads=2))
+    runner = make_runner(stores=stores, catalog=catalog, executor=ThreadExecutor(max_threads=2))
     result = await runner.run(GENERATE)
     assert result.status == RunStatus.DONE
     assert result.operation("blocking").outputs_summary == {"sum": 499500}
@@ -110,7 +96,7 @@ async def test_thread_executor_timeout_waits_for_the_thread() -> None:
     slow = Slow()
     stores = InMemoryStores()
     await profile_of(stores, "slow", timeout_ms=5)
-    runner = runner_for(OperationCatalog([slow]), stores, executor=ThreadExecutor())
+    runner = make_runner(stores=stores, catalog=OperationCatalog([slow]), executor=ThreadExecutor())
     result = await runner.run(GENERATE)
     assert slow.finished.is_set()  # nothing outlives run()
     assert result.operation("slow").error_code == "timeout"
@@ -160,7 +146,9 @@ async def test_in_process_limit_one_serialises() -> None:
 
     stores = InMemoryStores()
     await profile_of(stores, *ids)
-    result = await runner_for(catalog, stores, executor=InProcessExecutor(limit=1)).run(GENERATE)
+    result = await make_runner(
+        stores=stores, catalog=catalog, executor=InProcessExecutor(limit=1)
+    ).run(GENERATE)
     assert result.status == RunStatus.DONE
     assert peak == 1
     assert sorted(ran) == ids
@@ -190,7 +178,7 @@ async def test_default_executor_runs_a_hook_concurrently() -> None:
     stores = InMemoryStores()
     await profile_of(stores, *ids)
     with anyio.fail_after(5):
-        result = await runner_for(catalog, stores).run(GENERATE)
+        result = await make_runner(stores=stores, catalog=catalog).run(GENERATE)
     assert result.status == RunStatus.DONE
     assert finished == n
     assert finished_before_all_started == [False] * n
@@ -217,5 +205,5 @@ async def test_custom_executor_sees_every_execution() -> None:
     stores = InMemoryStores()
     await profile_of(stores, "a")
     executor = Recording()
-    await runner_for(catalog, stores, executor=executor).run(GENERATE)
+    await make_runner(stores=stores, catalog=catalog, executor=executor).run(GENERATE)
     assert executor.seen == ["a"]

@@ -54,14 +54,14 @@ def request(**kw: Any) -> RunRequest:
     "key", [{"user_message_id": "u1"}, {"client_request_id": "req-1"}], ids=["msg", "req"]
 )
 async def test_second_generate_is_deduplicated(
-    opsrun_runner: Runner,
+    runner: Runner,
     opsrun_stores: InMemoryStores,
     opsrun_main_llm: ScriptedMainLlm,
     key: dict[str, str],
 ) -> None:
     await use_profile(opsrun_stores)
-    first = await opsrun_runner.run(request(**key))
-    second = await opsrun_runner.run(request(**key))
+    first = await runner.run(request(**key))
+    second = await runner.run(request(**key))
     assert first.deduplicated is False
     assert second.deduplicated is True
     assert second.run == first.run
@@ -70,19 +70,19 @@ async def test_second_generate_is_deduplicated(
     assert len(opsrun_stores.runs.run_ids()) == 1
     assert len(await opsrun_stores.chats.history("c", "main")) == 2
     # another chat with the same key is another turn
-    other = await opsrun_runner.run(request(**key, chat_id="c2"))
+    other = await runner.run(request(**key, chat_id="c2"))
     assert other.deduplicated is False
     assert len(opsrun_main_llm.requests) == 2
 
 
 async def test_regenerate_with_same_variant_id_is_deduplicated(
-    opsrun_runner: Runner, opsrun_stores: InMemoryStores, opsrun_main_llm: ScriptedMainLlm
+    runner: Runner, opsrun_stores: InMemoryStores, opsrun_main_llm: ScriptedMainLlm
 ) -> None:
     await use_profile(opsrun_stores)
-    turn = (await opsrun_runner.run(request())).run.user_message_id
+    turn = (await runner.run(request())).run.user_message_id
     regen = request(trigger=Trigger.REGENERATE, user_message_id=turn, assistant_variant_id="v9")
-    first = await opsrun_runner.run(regen)
-    second = await opsrun_runner.run(regen)
+    first = await runner.run(regen)
+    second = await runner.run(regen)
     assert first.run.main_llm.assistant_variant_id == "v9"
     assert second.deduplicated is True
     assert second.run.run_id == first.run.run_id
@@ -92,16 +92,16 @@ async def test_regenerate_with_same_variant_id_is_deduplicated(
 
 
 async def test_without_a_key_every_call_is_a_new_run(
-    opsrun_runner: Runner, opsrun_stores: InMemoryStores, opsrun_main_llm: ScriptedMainLlm
+    runner: Runner, opsrun_stores: InMemoryStores, opsrun_main_llm: ScriptedMainLlm
 ) -> None:
     await use_profile(opsrun_stores)
-    await opsrun_runner.run(request())
-    await opsrun_runner.run(request())
+    await runner.run(request())
+    await runner.run(request())
     assert len(opsrun_main_llm.requests) == 2
 
 
 async def test_concurrent_duplicates_start_one_run(
-    opsrun_runner: Runner,
+    runner: Runner,
     opsrun_catalog: OperationCatalog,
     opsrun_stores: InMemoryStores,
     opsrun_main_llm: ScriptedMainLlm,
@@ -131,7 +131,7 @@ async def test_concurrent_duplicates_start_one_run(
     results: list[RunResult] = []
 
     async def go() -> None:
-        results.append(await opsrun_runner.run(request(user_message_id="u1")))
+        results.append(await runner.run(request(user_message_id="u1")))
 
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:
@@ -151,14 +151,14 @@ async def test_concurrent_duplicates_start_one_run(
 
 
 async def test_concurrent_duplicates_started_together(
-    opsrun_runner: Runner, opsrun_stores: InMemoryStores, opsrun_main_llm: ScriptedMainLlm
+    runner: Runner, opsrun_stores: InMemoryStores, opsrun_main_llm: ScriptedMainLlm
 ) -> None:
     opsrun_main_llm.delay = 0.001
     await use_profile(opsrun_stores)
     results: list[RunResult] = []
 
     async def go() -> None:
-        results.append(await opsrun_runner.run(request(client_request_id="r")))
+        results.append(await runner.run(request(client_request_id="r")))
 
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:

@@ -60,12 +60,12 @@ def statuses(result: Any) -> dict[str, tuple[str, str | None, str | None]]:
 
 
 async def test_all_done_run_is_done(
-    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+    runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
 ) -> None:
     register(opsrun_catalog, "a")
     register(opsrun_catalog, "b")
     await use_profile(opsrun_stores, op("a", B), op("b", A, required=True))
-    result = await opsrun_runner.run(generate())
+    result = await runner.run(generate())
     assert result.status == RunStatus.DONE
     assert result.failed_type is None
     assert result.run.main_llm.status == MainLlmStatus.DONE
@@ -78,7 +78,7 @@ async def test_all_done_run_is_done(
 
 
 async def test_disabled_operation_is_skipped_disabled(
-    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+    runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
 ) -> None:
     calls: list[str] = []
 
@@ -88,7 +88,7 @@ async def test_disabled_operation_is_skipped_disabled(
         return OperationResult.done()
 
     await use_profile(opsrun_stores, op("off", B, enabled=False, required=True))
-    result = await opsrun_runner.run(generate())
+    result = await runner.run(generate())
     assert statuses(result) == {"off@before_main_llm": ("skipped", "disabled", None)}
     assert calls == []
     # a disabled operation is not one "that should have run in this Run": even when
@@ -97,7 +97,7 @@ async def test_disabled_operation_is_skipped_disabled(
 
 
 async def test_trigger_mismatch(
-    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+    runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
 ) -> None:
     register(opsrun_catalog, "regen_only")
     register(opsrun_catalog, "gen_only")
@@ -106,13 +106,13 @@ async def test_trigger_mismatch(
         op("regen_only", B, triggers=(Trigger.REGENERATE,), required=True),
         op("gen_only", B, order=2, triggers=(Trigger.GENERATE,), required=True),
     )
-    first = await opsrun_runner.run(generate())
+    first = await runner.run(generate())
     assert first.status == RunStatus.DONE
     assert statuses(first) == {
         "regen_only@before_main_llm": ("skipped", "trigger_mismatch", None),
         "gen_only@before_main_llm": ("done", None, None),
     }
-    again = await opsrun_runner.run(
+    again = await runner.run(
         RunRequest(
             trigger=Trigger.REGENERATE,
             chat_id="c",
@@ -128,12 +128,12 @@ async def test_trigger_mismatch(
 
 
 async def test_condition_false_when_operation_skips(
-    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+    runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
 ) -> None:
     register(opsrun_catalog, "guard", OperationResult.skipped())
     register(opsrun_catalog, "bare", OperationResult(status=OperationStatus.SKIPPED))
     await use_profile(opsrun_stores, op("guard", B), op("bare", A))
-    result = await opsrun_runner.run(generate())
+    result = await runner.run(generate())
     assert result.status == RunStatus.DONE
     assert statuses(result) == {
         "guard@before_main_llm": ("skipped", "condition_false", None),
@@ -142,7 +142,7 @@ async def test_condition_false_when_operation_skips(
 
 
 async def test_optional_dependant_of_failed_dependency_is_skipped(
-    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+    runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
 ) -> None:
     ran: list[str] = []
     register(opsrun_catalog, "dep", OperationResult.failed("boom", "no"))
@@ -153,7 +153,7 @@ async def test_optional_dependant_of_failed_dependency_is_skipped(
         return OperationResult.done()
 
     await use_profile(opsrun_stores, op("dep", B), op("child", B, depends_on=("dep",)))
-    result = await opsrun_runner.run(generate())
+    result = await runner.run(generate())
     assert ran == []
     assert statuses(result) == {
         "dep@before_main_llm": ("error", None, "boom"),
@@ -165,7 +165,7 @@ async def test_optional_dependant_of_failed_dependency_is_skipped(
 
 
 async def test_required_dependant_of_skipped_dependency_errors_and_blocks_barrier(
-    opsrun_runner: Runner,
+    runner: Runner,
     opsrun_catalog: OperationCatalog,
     opsrun_stores: InMemoryStores,
     opsrun_main_llm: ScriptedMainLlm,
@@ -181,7 +181,7 @@ async def test_required_dependant_of_skipped_dependency_errors_and_blocks_barrie
         op("grandchild", B, depends_on=("child",)),
         op("after", A),
     )
-    result = await opsrun_runner.run(generate())
+    result = await runner.run(generate())
     assert statuses(result) == {
         "guard@before_main_llm": ("skipped", "condition_false", None),
         "child@before_main_llm": ("error", None, "dependency_failed"),
@@ -201,7 +201,7 @@ async def test_required_dependant_of_skipped_dependency_errors_and_blocks_barrie
 
 
 async def test_barrier_failure_stops_main_llm(
-    opsrun_runner: Runner,
+    runner: Runner,
     opsrun_catalog: OperationCatalog,
     opsrun_stores: InMemoryStores,
     opsrun_main_llm: ScriptedMainLlm,
@@ -215,7 +215,7 @@ async def test_barrier_failure_stops_main_llm(
         op("after1", A, required=True),
         op("after2", A, order=2),
     )
-    result = await opsrun_runner.run(generate())
+    result = await runner.run(generate())
     assert result.status == RunStatus.FAILED
     assert result.failed_type == FailedType.BEFORE_BARRIER
     assert opsrun_main_llm.requests == []
@@ -237,15 +237,15 @@ async def test_barrier_failure_stops_main_llm(
 async def test_main_llm_failure(
     opsrun_catalog: OperationCatalog,
     opsrun_stores: InMemoryStores,
-    opsrun_runner: Runner,
+    runner: Runner,
     exc: Exception,
     code: str,
     reason: FinishReason,
 ) -> None:
-    opsrun_runner.main_llm = ScriptedMainLlm([exc])
+    runner.main_llm = ScriptedMainLlm([exc])
     register(opsrun_catalog, "after")
     await use_profile(opsrun_stores, op("after", A))
-    result = await opsrun_runner.run(generate())
+    result = await runner.run(generate())
     assert result.status == RunStatus.FAILED
     assert result.failed_type == FailedType.MAIN_LLM
     main = result.run.main_llm
@@ -262,13 +262,13 @@ async def test_main_llm_failure(
 
 
 async def test_required_after_operation_failure_keeps_assistant_variant(
-    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+    runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
 ) -> None:
-    opsrun_runner.main_llm = ScriptedMainLlm(["the reply"])
+    runner.main_llm = ScriptedMainLlm(["the reply"])
     register(opsrun_catalog, "post", OperationResult.failed("post_failed", "bad"))
     register(opsrun_catalog, "optional_post", OperationResult.failed("meh", "ignored"))
     await use_profile(opsrun_stores, op("post", A, required=True), op("optional_post", A, order=0))
-    result = await opsrun_runner.run(generate())
+    result = await runner.run(generate())
     assert result.status == RunStatus.FAILED
     assert result.failed_type == FailedType.AFTER_MAIN_LLM
     assert result.run.failed_details is not None
@@ -281,17 +281,17 @@ async def test_required_after_operation_failure_keeps_assistant_variant(
 
 
 async def test_optional_failures_do_not_fail_the_run(
-    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+    runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
 ) -> None:
     register(opsrun_catalog, "b", OperationResult.failed("x", "y"))
     register(opsrun_catalog, "a", OperationResult.failed("x", "y"))
     await use_profile(opsrun_stores, op("b", B), op("a", A))
-    result = await opsrun_runner.run(generate())
+    result = await runner.run(generate())
     assert result.status == RunStatus.DONE
 
 
 async def test_operation_exceptions(
-    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+    runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
 ) -> None:
     @opsrun_catalog.function("crash", name="Crash")
     async def _crash(ctx: OperationContext) -> OperationResult:
@@ -302,7 +302,7 @@ async def test_operation_exceptions(
         raise OperationFailed("quota gone", code="budget_exceeded", details={"left": 0})
 
     await use_profile(opsrun_stores, op("crash", B), op("fails", B, order=2))
-    result = await opsrun_runner.run(generate())
+    result = await runner.run(generate())
     assert result.status == RunStatus.DONE
     crash = result.operation("crash")
     assert crash.status == OperationStatus.ERROR
@@ -317,11 +317,11 @@ async def test_operation_exceptions(
 
 
 async def test_operation_reporting_aborted_is_not_done(
-    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+    runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
 ) -> None:
     register(opsrun_catalog, "gives_up", OperationResult(status=OperationStatus.ABORTED))
     await use_profile(opsrun_stores, op("gives_up", B, required=True))
-    result = await opsrun_runner.run(generate())
+    result = await runner.run(generate())
     assert result.operation("gives_up").status == OperationStatus.ABORTED
     assert result.status == RunStatus.FAILED
     assert result.failed_type == FailedType.BEFORE_BARRIER
@@ -331,13 +331,13 @@ async def test_operation_reporting_aborted_is_not_done(
 
 
 async def test_prompt_effect_in_after_hook_is_policy_error(
-    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+    runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
 ) -> None:
     register(
         opsrun_catalog, "late", OperationResult.done(prompt=[AppendAfterLastUser(content="x")])
     )
     await use_profile(opsrun_stores, op("late", A))
-    result = await opsrun_runner.run(generate())
+    result = await runner.run(generate())
     late = result.operation("late")
     assert late.status == OperationStatus.ERROR
     assert late.error_code == "policy_error"
@@ -346,7 +346,7 @@ async def test_prompt_effect_in_after_hook_is_policy_error(
 
 
 async def test_assistant_effect_in_before_hook_is_policy_error(
-    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+    runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
 ) -> None:
     register(
         opsrun_catalog,
@@ -356,7 +356,7 @@ async def test_assistant_effect_in_before_hook_is_policy_error(
         ),
     )
     await use_profile(opsrun_stores, op("early", B))
-    result = await opsrun_runner.run(generate("original"))
+    result = await runner.run(generate("original"))
     assert result.operation("early").error_code == "policy_error"
     # atomic: the allowed user variant of the same result did not apply either
     message = await opsrun_stores.chats.get_message("c", result.run.user_message_id)
@@ -365,7 +365,7 @@ async def test_assistant_effect_in_before_hook_is_policy_error(
 
 
 async def test_writing_an_undeclared_tag_is_policy_error(
-    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+    runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
 ) -> None:
     @opsrun_catalog.function("w", name="W", write_tag="mine")
     async def _w(ctx: OperationContext) -> OperationResult:
@@ -375,7 +375,7 @@ async def test_writing_an_undeclared_tag_is_policy_error(
         opsrun_catalog, "nowrite", OperationResult.done(artifact=ArtifactWrite(tag="x", value=1))
     )
     await use_profile(opsrun_stores, op("w", B), op("nowrite", A))
-    result = await opsrun_runner.run(generate())
+    result = await runner.run(generate())
     assert result.operation("w").error_code == "policy_error"
     assert result.operation("nowrite").error_code == "policy_error"
     key = next(iter(opsrun_stores.sessions.sessions())).key
@@ -386,7 +386,7 @@ async def test_writing_an_undeclared_tag_is_policy_error(
 
 
 async def test_operation_in_two_hooks_runs_once_per_hook(
-    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+    runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
 ) -> None:
     hooks: list[Hook] = []
 
@@ -396,7 +396,7 @@ async def test_operation_in_two_hooks_runs_once_per_hook(
         return OperationResult.done()
 
     await use_profile(opsrun_stores, op("both", B, A))
-    result = await opsrun_runner.run(generate())
+    result = await runner.run(generate())
     assert hooks == [B, A]
     assert [(r.operation_id, r.hook, r.status) for r in result.operation_runs] == [
         ("both", B, OperationStatus.DONE),
@@ -406,7 +406,7 @@ async def test_operation_in_two_hooks_runs_once_per_hook(
 
 
 async def test_disabled_profile_runs_only_the_main_llm(
-    opsrun_runner: Runner,
+    runner: Runner,
     opsrun_catalog: OperationCatalog,
     opsrun_stores: InMemoryStores,
     opsrun_main_llm: ScriptedMainLlm,
@@ -419,7 +419,7 @@ async def test_disabled_profile_runs_only_the_main_llm(
         return OperationResult.done()
 
     await use_profile(opsrun_stores, op("x", B, A, required=True), enabled=False)
-    result = await opsrun_runner.run(generate())
+    result = await runner.run(generate())
     assert result.status == RunStatus.DONE
     assert ran == []
     assert result.operation_runs == ()
@@ -427,9 +427,9 @@ async def test_disabled_profile_runs_only_the_main_llm(
 
 
 async def test_no_profile_runs_only_the_main_llm(
-    opsrun_runner: Runner, opsrun_main_llm: ScriptedMainLlm
+    runner: Runner, opsrun_main_llm: ScriptedMainLlm
 ) -> None:
-    result = await opsrun_runner.run(
+    result = await runner.run(
         RunRequest(trigger=Trigger.GENERATE, chat_id="c", user_message="hello")
     )
     assert result.status == RunStatus.DONE
@@ -437,18 +437,16 @@ async def test_no_profile_runs_only_the_main_llm(
     assert len(opsrun_main_llm.requests) == 1
 
 
-async def test_unknown_profile(opsrun_runner: Runner) -> None:
+async def test_unknown_profile(runner: Runner) -> None:
     with pytest.raises(RunError) as info:
-        await opsrun_runner.run(generate())
+        await runner.run(generate())
     assert info.value.code == "profile_not_found"
 
 
-async def test_regenerate_unknown_turn(
-    opsrun_runner: Runner, opsrun_stores: InMemoryStores
-) -> None:
+async def test_regenerate_unknown_turn(runner: Runner, opsrun_stores: InMemoryStores) -> None:
     await use_profile(opsrun_stores)
     with pytest.raises(RunError) as info:
-        await opsrun_runner.run(
+        await runner.run(
             RunRequest(
                 trigger=Trigger.REGENERATE, chat_id="c", profile_id="p", user_message_id="nope"
             )
@@ -458,24 +456,24 @@ async def test_regenerate_unknown_turn(
 
 
 async def test_invalid_profile(
-    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+    runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
 ) -> None:
     register(opsrun_catalog, "a")
     await use_profile(opsrun_stores, op("a", B, depends_on=("ghost",)), op("unknown_op", B))
     with pytest.raises(ProfileInvalid) as info:
-        await opsrun_runner.run(generate())
+        await runner.run(generate())
     assert info.value.code == "profile_invalid"
     assert len(info.value.issues) >= 2
     assert opsrun_stores.runs.run_ids() == []
 
 
 async def test_regenerate_adds_a_selected_assistant_variant(
-    opsrun_runner: Runner, opsrun_stores: InMemoryStores
+    runner: Runner, opsrun_stores: InMemoryStores
 ) -> None:
-    opsrun_runner.main_llm = ScriptedMainLlm(["first", "second"])
+    runner.main_llm = ScriptedMainLlm(["first", "second"])
     await use_profile(opsrun_stores)
-    first = await opsrun_runner.run(generate("q"))
-    second = await opsrun_runner.run(
+    first = await runner.run(generate("q"))
+    second = await runner.run(
         RunRequest(
             trigger=Trigger.REGENERATE,
             chat_id="c",
@@ -491,32 +489,32 @@ async def test_regenerate_adds_a_selected_assistant_variant(
     assert assistant.prompt_text == "second"
     assert second.run.main_llm.assistant_message_id == first.run.main_llm.assistant_message_id
     # the regenerated prompt ends at the user message: the old reply is not in it
-    llm = opsrun_runner.main_llm
+    llm = runner.main_llm
     assert isinstance(llm, ScriptedMainLlm)
     assert [m.role for m in llm.requests[1].messages] == ["user"]
 
 
 async def test_run_result_is_stored(
-    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+    runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
 ) -> None:
     register(opsrun_catalog, "a")
     await use_profile(opsrun_stores, op("a", B))
-    result = await opsrun_runner.run(generate())
-    stored = await opsrun_runner.result(result.run.run_id)
+    result = await runner.run(generate())
+    stored = await runner.result(result.run.run_id)
     assert stored == result
     with anyio.fail_after(1):
-        assert opsrun_runner.abort(result.run.run_id) is False
+        assert runner.abort(result.run.run_id) is False
 
 
 async def test_operation_returning_no_result_is_operation_exception(
-    opsrun_runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+    runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
 ) -> None:
     @opsrun_catalog.function("forgot", name="Forgot to return")
     async def _forgot(ctx: OperationContext) -> OperationResult:
         return None  # type: ignore[return-value]
 
     await use_profile(opsrun_stores, op("forgot", B, timeout_ms=60_000))
-    result = await opsrun_runner.run(generate())
+    result = await runner.run(generate())
     forgot = result.operation("forgot")
     assert forgot.status == OperationStatus.ERROR
     assert forgot.error_code == "operation_exception"
@@ -526,7 +524,7 @@ async def test_operation_returning_no_result_is_operation_exception(
 
 
 async def test_main_llm_stream_without_final_result(
-    opsrun_runner: Runner, opsrun_stores: InMemoryStores
+    runner: Runner, opsrun_stores: InMemoryStores
 ) -> None:
     class Truncated:
         capabilities = ProviderCapabilities()
@@ -534,9 +532,9 @@ async def test_main_llm_stream_without_final_result(
         async def stream(self, request: object) -> Any:
             yield "half a"
 
-    opsrun_runner.main_llm = Truncated()  # type: ignore[assignment]
+    runner.main_llm = Truncated()  # type: ignore[assignment]
     await use_profile(opsrun_stores)
-    result = await opsrun_runner.run(generate())
+    result = await runner.run(generate())
     assert result.status == RunStatus.FAILED
     assert result.failed_type == FailedType.MAIN_LLM
     main = result.run.main_llm
