@@ -101,69 +101,87 @@ def _check(
     add: _Add,
 ) -> None:
     kind = action.kind
-    st = target.st
-    is_file = st is not None and stat.S_ISREG(st.st_mode)
-    is_dir = st is not None and stat.S_ISDIR(st.st_mode)
     if kind is ActionKind.CREATE_FILE:
-        if st is not None:
-            add("ERR_CREATE_EXISTS", "CREATE_FILE over something that already exists")
-            if protected_match(action.path, policy.protected) is not None:
-                add("ERR_PROTECTED_PATH", "CREATE_FILE would overwrite a protected file")
-        return
-    if kind is ActionKind.CREATE_DIR:
-        if st is not None and not is_dir:
-            add("ERR_CREATE_EXISTS", "CREATE_DIR where a file already exists")
-        return
-    if kind is ActionKind.DELETE_DIR:
-        if st is None:
-            add("ERR_TARGET_MISSING", "DELETE_DIR of a directory that does not exist")
-        elif not is_dir:
-            add("ERR_TARGET_TYPE", "DELETE_DIR of something that is not a directory")
-        else:
-            for name in _walk_names(target.real):
-                if protected_match(name, policy.protected) is not None:
-                    add("ERR_PROTECTED_PATH", f"DELETE_DIR would delete protected {name!r}")
-                    break
-        return
-    if kind is ActionKind.UPDATE_FILE and version == 2:
-        if st is not None:
-            add(
-                "ERR_V2_UPDATE_EXISTING_FORBIDDEN",
-                "v2 forbids UPDATE_FILE on an existing file; use PATCH_FILE",
-            )
-            return
-        if action.base_sha256 is None:
-            return
-    # DELETE_FILE, UPDATE_FILE (v1), PATCH_FILE, REPLACE_RANGE: the file must exist.
+        _check_create_file(target, action, policy, add)
+    elif kind is ActionKind.CREATE_DIR:
+        _check_create_dir(target, add)
+    elif kind is ActionKind.DELETE_DIR:
+        _check_delete_dir(target, policy, add)
+    elif kind is ActionKind.UPDATE_FILE and version == 2 and target.st is not None:
+        add(
+            "ERR_V2_UPDATE_EXISTING_FORBIDDEN",
+            "v2 forbids UPDATE_FILE on an existing file; use PATCH_FILE",
+        )
+    elif not (kind is ActionKind.UPDATE_FILE and version == 2 and action.base_sha256 is None):
+        # DELETE_FILE, UPDATE_FILE (v1, or v2 with a base), PATCH_FILE, REPLACE_RANGE.
+        _check_existing_file(target, action, add)
+
+
+def _is_dir(st: os.stat_result | None) -> bool:
+    return st is not None and stat.S_ISDIR(st.st_mode)
+
+
+def _check_create_file(target: _Target, action: Action, policy: PathPolicy, add: _Add) -> None:
+    if target.st is not None:
+        add("ERR_CREATE_EXISTS", "CREATE_FILE over something that already exists")
+        if protected_match(action.path, policy.protected) is not None:
+            add("ERR_PROTECTED_PATH", "CREATE_FILE would overwrite a protected file")
+
+
+def _check_create_dir(target: _Target, add: _Add) -> None:
+    if target.st is not None and not _is_dir(target.st):
+        add("ERR_CREATE_EXISTS", "CREATE_DIR where a file already exists")
+
+
+def _check_delete_dir(target: _Target, policy: PathPolicy, add: _Add) -> None:
+    if target.st is None:
+        add("ERR_TARGET_MISSING", "DELETE_DIR of a directory that does not exist")
+    elif not _is_dir(target.st):
+        add("ERR_TARGET_TYPE", "DELETE_DIR of something that is not a directory")
+    else:
+        for name in _walk_names(target.real):
+            if protected_match(name, policy.protected) is not None:
+                add("ERR_PROTECTED_PATH", f"DELETE_DIR would delete protected {name!r}")
+                break
+
+
+def _check_existing_file(target: _Target, action: Action, add: _Add) -> None:
+    """The action needs a regular file there; read it when its hash or text matters."""
+    kind = action.kind
+    st = target.st
     if st is None:
         add("ERR_TARGET_MISSING", f"{kind.value} of a file that does not exist")
         return
-    if not is_file:
+    if not stat.S_ISREG(st.st_mode):
         add("ERR_TARGET_TYPE", f"{kind.value} of something that is not a regular file")
         return
     if kind is ActionKind.DELETE_FILE:
         return
     needs_text = kind in (ActionKind.PATCH_FILE, ActionKind.REPLACE_RANGE)
-    has_base = action.base_sha256 is not None and is_sha256_hex(action.base_sha256)
-    if not needs_text and not has_base:
+    base = action.base_sha256 if action.base_sha256 and is_sha256_hex(action.base_sha256) else None
+    if not needs_text and base is None:
         return
-    if st is not None and st.st_size > _MAX_READ_BYTES:
+    if st.st_size > _MAX_READ_BYTES:
         add("ERR_FS_UNREADABLE", "file is too large to check")
         return
     with open(target.real, "rb") as handle:
         data = handle.read()
-    if has_base and action.base_sha256 is not None:
+    if base is not None:
         actual = hashlib.sha256(data).hexdigest()
-        if actual != action.base_sha256.lower():
+        if actual != base.lower():
             add("ERR_BASE_MISMATCH", f"base_sha256 does not match the file (it is {actual})")
-    if not needs_text:
-        return
+    if needs_text:
+        _check_text(data, action, add)
+
+
+def _check_text(data: bytes, action: Action, add: _Add) -> None:
+    """PATCH_FILE and REPLACE_RANGE edit UTF-8 text; a range must end inside the file."""
     try:
         data.decode("utf-8")
     except UnicodeDecodeError:
-        add("ERR_NON_UTF8_FILE", f"{kind.value} needs a UTF-8 text file")
+        add("ERR_NON_UTF8_FILE", f"{action.kind.value} needs a UTF-8 text file")
         return
-    if kind is ActionKind.REPLACE_RANGE and action.end_line is not None:
+    if action.kind is ActionKind.REPLACE_RANGE and action.end_line is not None:
         lines = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
         if action.end_line > lines:
             add("ERR_RANGE_INVALID", f"end_line {action.end_line} is past the end ({lines} lines)")

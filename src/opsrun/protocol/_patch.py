@@ -268,7 +268,6 @@ def _scan(patch: str) -> tuple[list[tuple[str, str]], list[str], list[list[str]]
     out: list[str] = []
     headers: list[str] = []
     bodies: list[list[str]] = []
-    hunks = 0
     i = 0
     while i < len(lines):
         line = lines[i]
@@ -279,40 +278,60 @@ def _scan(patch: str) -> tuple[list[tuple[str, str]], list[str], list[list[str]]
             i += 2
             continue
         elif line.startswith("@@"):
-            m = _HUNK_RE.match(line)
-            if m is None:
-                raise _not_unified(
-                    f"line {i + 1} is not a unified hunk header "
-                    f"('@@ -start,count +start,count @@'): {_show(line)}",
-                    line=i + 1,
-                    text=line,
-                )
-            hunks += 1
+            header, body, i = _scan_hunk(lines, i, len(bodies) + 1)
             headers.append(line.strip())
-            old_h = 1 if m.group(2) is None else int(m.group(2))
-            new_h = 1 if m.group(4) is None else int(m.group(4))
-            body, end, old, new = _collect_body(lines, i + 1, old_h, new_h)
-            markers = body.count(_NO_NEWLINE)
-            if old + new == 2 * (len(body) - markers):  # only context lines, or none at all
-                raise _not_unified(
-                    f"hunk #{hunks} ({line.strip()}) changes nothing", hunk=hunks, header=line
-                )
-            section = m.group(5)
-            out.append(f"@@ -{m.group(1)},{old} +{m.group(3)},{new} @@{section}")
+            out.append(header)
             out.extend(body)
             bodies.append(body)
-            i = end
             continue
         else:
-            for pattern, what in _REFUSED:
-                if pattern.match(line):
-                    raise _not_unified(
-                        f"line {i + 1}: PATCH_FILE takes plain unified diffs, not {what}: "
-                        f"{_show(line)}",
-                        line=i + 1,
-                        text=line,
-                    )
+            _refuse_header(line, i)
         i += 1
+    _check_one_file(patch, files, git_files, len(bodies))
+    source, target = files[0] if files else ("a/file", "b/file")
+    text = "\n".join([f"--- {source}", f"+++ {target}", *out]) + "\n"
+    return files, headers, bodies, text
+
+
+def _scan_hunk(lines: list[str], i: int, number: int) -> tuple[str, list[str], int]:
+    """Read the hunk whose ``@@`` header is ``lines[i]``.
+
+    Returns:
+        The header with recounted lengths, the normalised body, and the index after it.
+    """
+    line = lines[i]
+    m = _HUNK_RE.match(line)
+    if m is None:
+        raise _not_unified(
+            f"line {i + 1} is not a unified hunk header "
+            f"('@@ -start,count +start,count @@'): {_show(line)}",
+            line=i + 1,
+            text=line,
+        )
+    old_h = 1 if m.group(2) is None else int(m.group(2))
+    new_h = 1 if m.group(4) is None else int(m.group(4))
+    body, end, old, new = _collect_body(lines, i + 1, old_h, new_h)
+    markers = body.count(_NO_NEWLINE)
+    if old + new == 2 * (len(body) - markers):  # only context lines, or none at all
+        raise _not_unified(
+            f"hunk #{number} ({line.strip()}) changes nothing", hunk=number, header=line
+        )
+    return f"@@ -{m.group(1)},{old} +{m.group(3)},{new} @@{m.group(5)}", body, end
+
+
+def _refuse_header(line: str, i: int) -> None:
+    """Raise when ``line`` announces something PATCH_FILE does not do."""
+    for pattern, what in _REFUSED:
+        if pattern.match(line):
+            raise _not_unified(
+                f"line {i + 1}: PATCH_FILE takes plain unified diffs, not {what}: {_show(line)}",
+                line=i + 1,
+                text=line,
+            )
+
+
+def _check_one_file(patch: str, files: list[tuple[str, str]], git_files: int, hunks: int) -> None:
+    """Raise unless the scanned patch names at most one file and has a hunk."""
     if len(files) > 1 or git_files > 1:
         names = sorted({n for pair in files for n in pair})
         raise _not_unified(
@@ -325,9 +344,6 @@ def _scan(patch: str) -> tuple[list[tuple[str, str]], list[str], list[list[str]]
             "lines) found in the patch",
             excerpt=patch[:200],
         )
-    source, target = files[0] if files else ("a/file", "b/file")
-    text = "\n".join([f"--- {source}", f"+++ {target}", *out]) + "\n"
-    return files, headers, bodies, text
 
 
 def _parse(patch: str) -> _Parsed:
@@ -471,6 +487,36 @@ def apply_patch(original: str | bytes, patch: str, *, path: str | None = None) -
     label = path or ""
     text = decode_text(original, path=label)
     parsed = _parse(patch)
+    _check_target(parsed, text, path)
+    output = _Output(_Lines(text))
+    in_offset = 0
+    for hunk in parsed.hunks:
+        where = _locate(hunk, output.source.keys, in_offset, output.copied)
+        if where == 0:
+            raise _failure(
+                hunk,
+                output.source.keys,
+                hunk.first + in_offset,
+                label,
+                "its context matches nowhere it may go",
+            )
+        if where + hunk.prefix - 1 < output.copied:
+            raise _failure(hunk, output.source.keys, where, label, "it overlaps the previous hunk")
+        in_offset = where - hunk.first
+        output.apply(hunk, where)
+    output.copy_to(len(output.source.raw) + 1)
+    if parsed.target is None and output.lines:
+        raise PatchError(
+            f"{label or 'the file'}: the patch deletes the file's whole text "
+            f"(+++ /dev/null) but {len(output.lines)} lines would remain",
+            code="ERR_PATCH_APPLY_FAILED",
+            details={"path": label, "remaining": len(output.lines)},
+        )
+    return output.text()
+
+
+def _check_target(parsed: _Parsed, text: str, path: str | None) -> None:
+    """Raise when the headers name another file, or create a file that has content."""
     if path is not None and parsed.named:
         for name in (parsed.source, parsed.target):
             if name is not None and not _name_matches(name, path):
@@ -478,65 +524,64 @@ def apply_patch(original: str | bytes, patch: str, *, path: str | None = None) -
                     f"the patch is for {name!r}, not {path!r}", path=path, named=name
                 )
     if parsed.source is None and text:
+        label = path or ""
         raise PatchError(
             f"{label or 'the file'}: the patch creates the file (--- /dev/null) "
             "but it already has content",
             code="ERR_PATCH_APPLY_FAILED",
             details={"path": label},
         )
-    lines = _Lines(text)
-    raw, keys = lines.raw, lines.keys
-    count = len(raw)
-    eol = "\r" if lines.crlf else ""
-    out: list[str] = []
-    no_newline: list[int] = []  # indices in ``out`` of lines that lack a newline
-    copied = 0  # input lines consumed so far (GNU's last_frozen_line)
-    in_offset = 0
-    for hunk in parsed.hunks:
-        guess = hunk.first + in_offset
-        where = _locate(hunk, keys, in_offset, copied)
-        if where == 0:
-            raise _failure(hunk, keys, guess, label, "its context matches nowhere it may go")
-        if where + hunk.prefix - 1 < copied:
-            raise _failure(hunk, keys, where, label, "it overlaps the previous hunk")
-        in_offset = where - hunk.first
+
+
+class _Output:
+    """The patched text being built from the input's lines and the hunks' operations."""
+
+    __slots__ = ("copied", "eol", "lines", "no_newline", "source")
+
+    def __init__(self, source: _Lines) -> None:
+        self.source = source
+        self.eol = "\r" if source.crlf else ""
+        self.lines: list[str] = []
+        self.no_newline: list[int] = []  # indices in ``lines`` of lines that lack a newline
+        self.copied = 0  # input lines consumed so far (GNU's last_frozen_line)
+
+    def copy_to(self, pos: int) -> None:
+        """Copy the input lines before line ``pos`` (1-based) that are not copied yet."""
+        raw = self.source.raw
+        count = len(raw)
+        upto = min(pos - 1, count)
+        if upto > self.copied:
+            if upto == count and not self.source.final_nl:
+                self.no_newline.append(len(self.lines) + upto - self.copied - 1)
+            self.lines.extend(raw[self.copied : upto])
+        self.copied = max(self.copied, pos - 1)
+
+    def apply(self, hunk: _Hunk, where: int) -> None:
+        """Apply ``hunk``'s operations with its first line at input line ``where``."""
         pos = where  # the input line the next operation refers to
         for kind, value, lacks_nl in hunk.ops:
             if kind == " ":
                 pos += 1
                 continue
-            upto = min(pos - 1, count)
-            if upto > copied:
-                if upto == count and not lines.final_nl:
-                    no_newline.append(len(out) + upto - copied - 1)
-                out.extend(raw[copied:upto])
-            copied = max(copied, pos - 1)
+            self.copy_to(pos)
             if kind == "-":
-                copied = pos
+                self.copied = pos
                 pos += 1
+            elif lacks_nl:
+                self.no_newline.append(len(self.lines))
+                self.lines.append(value)
             else:
-                if lacks_nl:
-                    no_newline.append(len(out))
-                    out.append(value)
-                else:
-                    out.append(value + eol)
-    if copied < count:
-        if not lines.final_nl:
-            no_newline.append(len(out) + count - copied - 1)
-        out.extend(raw[copied:])
-    if parsed.target is None and out:
-        raise PatchError(
-            f"{label or 'the file'}: the patch deletes the file's whole text "
-            f"(+++ /dev/null) but {len(out)} lines would remain",
-            code="ERR_PATCH_APPLY_FAILED",
-            details={"path": label, "remaining": len(out)},
-        )
-    if not out:
-        return ""
-    final_nl = True
-    for index in no_newline:
-        if index == len(out) - 1:
-            final_nl = False
-        elif eol and not out[index].endswith(eol):
-            out[index] += eol
-    return "\n".join(out) + ("\n" if final_nl else "")
+                self.lines.append(value + self.eol)
+
+    def text(self) -> str:
+        """Join the lines, giving each its line ending and the file its final newline."""
+        out = self.lines
+        if not out:
+            return ""
+        final_nl = True
+        for index in self.no_newline:
+            if index == len(out) - 1:
+                final_nl = False
+            elif self.eol and not out[index].endswith(self.eol):
+                out[index] += self.eol
+        return "\n".join(out) + ("\n" if final_nl else "")

@@ -31,6 +31,10 @@ _NOT_PORTABLE_CHARS = frozenset('<>:"|?*')
 _SHORT_GIT = re.compile(r"^git~\d+$", re.IGNORECASE)
 _BAD_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 _SEPARATORS = ("/", "\\")
+_DOT_SEGMENTS = {
+    "..": ("ERR_PATH_TRAVERSAL", "path has a '..' segment"),
+    ".": ("ERR_PATH_DOT_SEGMENT", "path has a '.' segment"),
+}
 
 
 def _split(path: str) -> list[str]:
@@ -86,27 +90,30 @@ def _lexical(path: str, limits: PlanLimits, reserved_dirs: tuple[str, ...]) -> d
     if segments[0].startswith("~"):
         found["ERR_PATH_HOME"] = "path starts with ~ (home directory)"
     start = 1 if unified.startswith("/") else 0
-    reserved = {d.casefold() for d in reserved_dirs}
+    _segment_rules(segments, start, {d.casefold() for d in reserved_dirs}, found)
+    return found
+
+
+def _segment_rules(
+    segments: list[str], start: int, reserved: set[str], found: dict[str, str]
+) -> None:
+    """Add the per-segment codes to ``found``, keeping the first message of each code."""
     for index, segment in enumerate(segments[start:], start):
         if segment == "":
             if not (index <= 2 and "ERR_PATH_UNC" in found):
                 found.setdefault("ERR_PATH_EMPTY_SEGMENT", "path has an empty segment (//)")
             continue
-        if segment == "..":
-            found.setdefault("ERR_PATH_TRAVERSAL", "path has a '..' segment")
+        if segment in _DOT_SEGMENTS:
+            code, message = _DOT_SEGMENTS[segment]
+            found.setdefault(code, message)
             continue
-        if segment == ".":
-            found.setdefault("ERR_PATH_DOT_SEGMENT", "path has a '.' segment")
-            continue
-        folded = segment.casefold()
-        if folded in reserved or _SHORT_GIT.match(segment):
+        if segment.casefold() in reserved or _SHORT_GIT.match(segment):
             found.setdefault("ERR_FORBIDDEN_PATH", f"segment {segment!r} is reserved")
         if index == 0 and "ERR_PATH_DRIVE" in found:
             continue  # "C:" already reported as a drive
         problem = _segment_not_portable(segment)
         if problem is not None:
             found.setdefault("ERR_PATH_NOT_PORTABLE", problem)
-    return found
 
 
 def path_codes(path: str, limits: PlanLimits, policy: PathPolicy) -> dict[str, str]:

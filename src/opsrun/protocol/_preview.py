@@ -103,36 +103,40 @@ def plan_changes(tree: Tree, plan: Plan) -> list[Change]:
     changes: list[Change] = []
     for index, action in canonical_order(plan):
         before = current.get(action.path) or tree.state(action.path)
-        after = before
-        removed: tuple[tuple[str, PathState], ...] = ()
-        kind = action.kind
-        if kind is _K.CREATE_DIR:
-            if before.kind == "file":
-                raise _fail("ERR_TARGET_TYPE", "a file is in the way", index, action)
-            after = before if before.kind == "dir" else PathState("dir", 0o755)
-        elif kind is _K.CREATE_FILE:
-            if action.content is None:
-                raise _fail("ERR_CONTENT_REQUIRED", "CREATE_FILE needs content", index, action)
-            if before.kind != "none":
-                raise _fail("ERR_CREATE_EXISTS", f"a {before.kind} already exists", index, action)
-            after = PathState("file", _NEW_FILE_MODE, action.content.encode("utf-8"))
-        elif kind in (_K.UPDATE_FILE, _K.PATCH_FILE, _K.REPLACE_RANGE):
-            if kind is _K.UPDATE_FILE and action.content is None:
-                raise _fail("ERR_CONTENT_REQUIRED", "UPDATE_FILE needs content", index, action)
-            after = PathState("file", before.mode, _text_edit(index, action, before))
-        elif kind is _K.DELETE_FILE:
-            if before.kind == "dir":
-                raise _fail("ERR_TARGET_TYPE", "it is a directory", index, action)
-            after = PathState("none")
-        else:  # DELETE_DIR
-            if before.kind == "file":
-                raise _fail("ERR_TARGET_TYPE", "it is a file", index, action)
-            if before.kind == "dir":
-                removed = tuple(tree.walk(action.path))
-            after = PathState("none")
+        after, removed = _resolve(tree, index, action, before)
         current[action.path] = after
         changes.append(Change(index, action, before, after, removed))
     return changes
+
+
+def _resolve(
+    tree: Tree, index: int, action: Action, before: PathState
+) -> tuple[PathState, tuple[tuple[str, PathState], ...]]:
+    """Return the new state of the action's path and, for DELETE_DIR, the removed subtree."""
+    kind = action.kind
+    if kind is _K.CREATE_DIR:
+        if before.kind == "file":
+            raise _fail("ERR_TARGET_TYPE", "a file is in the way", index, action)
+        return (before if before.kind == "dir" else PathState("dir", 0o755)), ()
+    if kind is _K.CREATE_FILE:
+        if action.content is None:
+            raise _fail("ERR_CONTENT_REQUIRED", "CREATE_FILE needs content", index, action)
+        if before.kind != "none":
+            raise _fail("ERR_CREATE_EXISTS", f"a {before.kind} already exists", index, action)
+        return PathState("file", _NEW_FILE_MODE, action.content.encode("utf-8")), ()
+    if kind in (_K.UPDATE_FILE, _K.PATCH_FILE, _K.REPLACE_RANGE):
+        if kind is _K.UPDATE_FILE and action.content is None:
+            raise _fail("ERR_CONTENT_REQUIRED", "UPDATE_FILE needs content", index, action)
+        return PathState("file", before.mode, _text_edit(index, action, before)), ()
+    if kind is _K.DELETE_FILE:
+        if before.kind == "dir":
+            raise _fail("ERR_TARGET_TYPE", "it is a directory", index, action)
+        return PathState("none"), ()
+    # DELETE_DIR
+    if before.kind == "file":
+        raise _fail("ERR_TARGET_TYPE", "it is a file", index, action)
+    removed = tuple(tree.walk(action.path)) if before.kind == "dir" else ()
+    return PathState("none"), removed
 
 
 def _lines(state: PathState) -> list[str] | None:

@@ -296,11 +296,17 @@ class _Run:
         return size
 
     def _conflicts(self, lexically_ok: list[bool]) -> None:
+        files, deleted_dirs = self._same_path_conflicts(lexically_ok)
+        self._nested_conflicts(lexically_ok, files, deleted_dirs)
+
+    def _same_path_conflicts(
+        self, lexically_ok: list[bool]
+    ) -> tuple[dict[str, int], dict[str, int]]:
+        """Report actions on one path; return the file paths and deleted directories by key."""
         seen: dict[str, tuple[int, Action, str]] = {}
         files: dict[str, int] = {}
         deleted_dirs: dict[str, int] = {}
-        actions = self.plan.actions
-        for index, action in enumerate(actions):
+        for index, action in enumerate(self.plan.actions):
             if not lexically_ok[index]:
                 continue
             key = collision_key(action.path)
@@ -329,6 +335,13 @@ class _Run:
                 files[key] = index
             elif action.kind is _K.DELETE_DIR:
                 deleted_dirs[key] = index
+        return files, deleted_dirs
+
+    def _nested_conflicts(
+        self, lexically_ok: list[bool], files: dict[str, int], deleted_dirs: dict[str, int]
+    ) -> None:
+        """Report actions inside a path another action writes as a file or deletes."""
+        actions = self.plan.actions
         for index, action in enumerate(actions):
             if not lexically_ok[index]:
                 continue
