@@ -34,7 +34,7 @@ def _require_int(config: object, minimum: int, maximum: int | None, *names: str)
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PlanLimits:
-    """Size and shape limits. Defaults are the protocol's numbers.
+    """Size and shape limits of a plan and of the answer it is parsed from.
 
     The JSON limits (``max_input_bytes``, ``max_json_depth``, ``max_number_chars``)
     guard the parser against hostile input; the others are plan rules reported by
@@ -73,7 +73,7 @@ class PlanLimits:
         require(self, "pseudo_binary_ratio", self.pseudo_binary_ratio <= 1.0, "a number <= 1.0")
 
 
-#: Patterns of the protocol's protected-path denylist.
+#: Protected-path patterns on by default: environment files, keys and secrets.
 DEFAULT_PROTECTED: tuple[str, ...] = (".env", "*.pem", "*.key", "*.p12", "id_rsa*", "**/secrets/**")
 #: Default whitelist: extensions allowed for files written when the whitelist is on.
 DEFAULT_ALLOWED_EXTENSIONS: tuple[str, ...] = (

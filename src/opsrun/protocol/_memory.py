@@ -29,8 +29,8 @@ __all__ = [
 
 PreferredStyle = Literal["brief", "normal", "verbose"]
 RiskTolerance = Literal["low", "medium", "high"]
-# The protocol names patch_first/plan_first for the stored preference, and its
-# examples write plan/apply into the same key; all four are accepted.
+# The stored preference is patch_first or plan_first; LLM answers also write plan or
+# apply into the same key, so all four are accepted.
 OutputFormat = Literal["patch_first", "plan_first", "plan", "apply"]
 AskBudget = Annotated[int, Field(ge=0, le=2)]
 

@@ -66,7 +66,8 @@ def check_base_sha256(data: bytes, base_sha256: str | None, *, path: str = "") -
     """Check that ``data`` hashes to ``base_sha256``; ``None`` skips the check.
 
     Raises:
-        PatchError: ``ERR_BASE_SHA256_INVALID`` when the value is not 64 hex digits,
+        PatchError: ``ERR_BASE_SHA256_INVALID`` when the value is not exactly 64 hex
+            digits (either case; a trailing newline is refused),
             ``ERR_BASE_MISMATCH`` when the file changed since the plan was written.
     """
     if base_sha256 is None:
