@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from opsrun import (
@@ -124,7 +124,6 @@ def compute_catalog(ids: Sequence[str]) -> OperationCatalog:
     )
 
 
-@settings(max_examples=300, deadline=None)
 @given(graphs())
 def test_cycle_reported_iff_topological_sort_fails(graph: Graph) -> None:
     issues = compute_catalog(list(graph)).validate(as_profile(graph))
@@ -208,7 +207,6 @@ def valid_profiles(draw: st.DrawFn) -> tuple[OperationProfile, OperationCatalog]
     return profile, catalog_of(definitions)
 
 
-@settings(max_examples=200, deadline=None)
 @given(valid_profiles())
 def test_valid_random_profile_has_no_issues(
     case: tuple[OperationProfile, OperationCatalog],
@@ -217,7 +215,6 @@ def test_valid_random_profile_has_no_issues(
     assert catalog.validate(profile) == []
 
 
-@settings(max_examples=300, deadline=None)
 @given(graphs(max_nodes=15))
 def test_find_cycles_one_per_nontrivial_component(graph: Graph) -> None:
     components = nontrivial_components(graph)
@@ -230,7 +227,6 @@ def test_find_cycles_one_per_nontrivial_component(graph: Graph) -> None:
     assert [c[0] for c in cycles] == sorted(c[0] for c in cycles)
 
 
-@settings(max_examples=300, deadline=None)
 @given(graphs(max_nodes=15))
 def test_find_cycles_returns_real_cycles(graph: Graph) -> None:
     for cycle in find_cycles(graph):

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from opsrun._redact import sha256_text
@@ -564,7 +564,6 @@ stored_text = st.text(max_size=600)
 plain_id = st.text(st.characters(exclude_categories=("Cc", "Cs")), min_size=1, max_size=40)
 
 
-@settings(max_examples=150, deadline=None)
 @given(
     run_id=plain_id,
     contents=st.lists(stored_text, max_size=4),

@@ -7,7 +7,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from opsrun.model import (
@@ -166,7 +166,6 @@ def assemble(
     return assemble_prompt(s["system"], s["kept"], plan, s["effects"])
 
 
-@settings(max_examples=300, deadline=None)
 @given(s=scenarios(), data=st.data())
 def test_input_order_of_artifacts_never_matters(s: dict[str, Any], data: st.DataObject) -> None:
     shuffled = data.draw(st.permutations(s["artifacts"]))
@@ -176,7 +175,6 @@ def test_input_order_of_artifacts_never_matters(s: dict[str, Any], data: st.Data
     assert first == second
 
 
-@settings(max_examples=200, deadline=None)
 @given(s=scenarios())
 def test_every_artifact_is_accounted_for(s: dict[str, Any]) -> None:
     plan = plan_inclusions(s["artifacts"], s["history"], s["kept"])
@@ -196,13 +194,11 @@ def test_every_artifact_is_accounted_for(s: dict[str, Any]) -> None:
     assert history_ids == [m.message_id for m in s["kept"]]
 
 
-@settings(max_examples=200, deadline=None)
 @given(s=scenarios())
 def test_without_inclusions_it_is_build_prompt(s: dict[str, Any]) -> None:
     assert assemble(s, []) == build_prompt(s["system"], s["kept"], s["effects"])
 
 
-@settings(max_examples=200, deadline=None)
 @given(a=scenarios(), data=st.data())
 def test_prompt_hash_is_equal_exactly_when_role_content_pairs_are(
     a: dict[str, Any], data: st.DataObject

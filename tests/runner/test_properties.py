@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
-from hypothesis import event, given, settings
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 from _support import make_runner
@@ -209,7 +209,6 @@ async def execute(specs: list[Spec]) -> tuple[RunResult, Probe, ScriptedMainLlm,
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
-@settings(max_examples=80, deadline=None)
 @given(specs=profiles())
 def test_random_profiles_follow_the_reference_model(backend: str, specs: list[Spec]) -> None:
     result, probe, llm, events = anyio.run(execute, specs, backend=backend)
