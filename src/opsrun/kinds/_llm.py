@@ -51,7 +51,6 @@ from ..errors import (
     MAX_TEXT_CHARS,
     OperationFailed,
     OpsrunError,
-    ProviderError,
     ProviderTimeout,
     RateLimited,
     ResponseFormatRejected,
@@ -101,10 +100,14 @@ def _fail(code: str, message: str, details: Mapping[str, Any] | None = None) -> 
 
 @dataclass(slots=True)
 class _AttemptError:
+    """Why one provider call gave no usable reply."""
+
     code: str
     message: str
     retry_kind: RetryKind
     retry_after: float | None = None
+    format_rejected: bool = False
+    """The provider refused the response format (a lower level may be tried once)."""
 
 
 @dataclass(slots=True)
@@ -147,6 +150,76 @@ def parse_json_reply(text: str) -> Any:
     fenced = _FENCE.match(text)
     body = fenced.group("body") if fenced else text
     return json.loads(body, parse_constant=_reject_constant)
+
+
+async def _attempt(
+    provider: LlmProvider,
+    request: LlmRequest,
+    timeout: float | None,
+    timeout_ms: int | None,
+    ex: _Exchange,
+) -> LlmResponse | _AttemptError:
+    """Make one provider call: the reply to use, or why there is none (usage is recorded)."""
+    try:
+        with anyio.fail_after(timeout) if timeout is not None else nullcontext():
+            response = await provider.complete(request)
+    except Exception as exc:  # a provider adapter must not crash the operation
+        return _attempt_error(exc, timeout_ms)
+    ex.usage = _add_usage(ex.usage, response.usage)
+    if response.request_id is not None:
+        ex.outputs["providerRequestId"] = response.request_id[:256]
+    ex.outputs["finishReason"] = response.finish_reason
+    if response.finish_reason != "error":
+        return response
+    return _AttemptError(
+        "provider_error",
+        f"the provider ended the reply with an error ({response.raw_finish_reason or 'error'})",
+        "provider_error",
+    )
+
+
+def _attempt_error(exc: Exception, timeout_ms: int | None) -> _AttemptError:
+    """Classify what a provider call raised."""
+    if isinstance(exc, ResponseFormatRejected):
+        return _AttemptError(
+            "provider_error", _describe(exc), "provider_error", format_rejected=True
+        )
+    if isinstance(exc, RateLimited):
+        return _AttemptError("rate_limited", _describe(exc), "rate_limit", exc.retry_after)
+    if isinstance(exc, ProviderTimeout):
+        return _AttemptError("timeout", _describe(exc), "timeout")
+    if isinstance(exc, TimeoutError):
+        message = f"the provider did not answer within timeoutMs={timeout_ms}"
+        return _AttemptError("timeout", message, "timeout")
+    return _AttemptError("provider_error", _describe(exc), "provider_error")
+
+
+async def _before_retry(
+    ctx: OperationContext[LlmParams],
+    params: LlmParams,
+    ex: _Exchange,
+    error: _AttemptError,
+    attempt: int,
+) -> None:
+    """Wait out the backoff before the next attempt, or end the call with ``error``.
+
+    Raises:
+        OperationFailed: the attempts are used up, ``error`` is not retried, or the wait
+            would pass the operation's deadline.
+    """
+    retry = params.retry
+    if attempt >= retry.max_attempts or error.retry_kind not in retry.retry_on:
+        raise _fail(error.code, error.message, {"attempts": ex.outputs["attempts"]})
+    wait = max(retry.backoff_ms / 1000, error.retry_after or 0.0)
+    remaining = ctx.remaining()
+    if remaining is not None and wait >= remaining:
+        raise _fail(
+            error.code,
+            f"{error.message} (no retry: waiting {wait:.3f}s would pass the deadline)",
+            {"attempts": ex.outputs["attempts"]},
+        )
+    if wait > 0:
+        await anyio.sleep(wait)
 
 
 class LlmOperation(Operation[LlmParams]):
@@ -331,7 +404,6 @@ class LlmOperation(Operation[LlmParams]):
         messages: tuple[ProviderMessage, ...],
         secret: str | None,
     ) -> LlmResponse:
-        retry = params.retry
         timeout = None if params.timeout_ms is None else params.timeout_ms / 1000
         level = provider.capabilities.structured_output
         stepped_down = False
@@ -351,55 +423,16 @@ class LlmOperation(Operation[LlmParams]):
                 timeout=timeout,
                 meta={"runId": ctx.run.run_id, "operationId": ctx.operation_id},
             )
-            error: _AttemptError
-            try:
-                with anyio.fail_after(timeout) if timeout is not None else nullcontext():
-                    response = await provider.complete(request)
-            except ResponseFormatRejected as exc:
+            outcome = await _attempt(provider, request, timeout, params.timeout_ms, ex)
+            if not isinstance(outcome, _AttemptError):
+                return outcome
+            if outcome.format_rejected:
                 lower = self._step_down(params, level)
                 if not stepped_down and response_format is not None and lower is not None:
                     level, stepped_down = lower, True
                     attempt -= 1  # the format step-down does not use up a retry
                     continue
-                error = _AttemptError("provider_error", _describe(exc), "provider_error")
-            except RateLimited as exc:
-                error = _AttemptError("rate_limited", _describe(exc), "rate_limit", exc.retry_after)
-            except (ProviderTimeout, TimeoutError) as exc:
-                message = (
-                    f"the provider did not answer within timeoutMs={params.timeout_ms}"
-                    if not isinstance(exc, ProviderTimeout)
-                    else _describe(exc)
-                )
-                error = _AttemptError("timeout", message, "timeout")
-            except ProviderError as exc:
-                error = _AttemptError("provider_error", _describe(exc), "provider_error")
-            except Exception as exc:  # a provider adapter must not crash the operation
-                error = _AttemptError("provider_error", _describe(exc), "provider_error")
-            else:
-                ex.usage = _add_usage(ex.usage, response.usage)
-                if response.request_id is not None:
-                    ex.outputs["providerRequestId"] = response.request_id[:256]
-                ex.outputs["finishReason"] = response.finish_reason
-                if response.finish_reason != "error":
-                    return response
-                error = _AttemptError(
-                    "provider_error",
-                    f"the provider ended the reply with an error "
-                    f"({response.raw_finish_reason or 'error'})",
-                    "provider_error",
-                )
-            if attempt >= retry.max_attempts or error.retry_kind not in retry.retry_on:
-                raise _fail(error.code, error.message, {"attempts": ex.outputs["attempts"]})
-            wait = max(retry.backoff_ms / 1000, error.retry_after or 0.0)
-            remaining = ctx.remaining()
-            if remaining is not None and wait >= remaining:
-                raise _fail(
-                    error.code,
-                    f"{error.message} (no retry: waiting {wait:.3f}s would pass the deadline)",
-                    {"attempts": ex.outputs["attempts"]},
-                )
-            if wait > 0:
-                await anyio.sleep(wait)
+            await _before_retry(ctx, params, ex, outcome, attempt)
 
     def _response_format(self, params: LlmParams, level: StructuredOutput) -> ResponseFormat | None:
         if params.output.mode != "json" or level == "none":
