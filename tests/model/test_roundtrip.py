@@ -918,7 +918,7 @@ def test_cross_field_rules(cls: type[BaseModel], payload: dict[str, Any], messag
 def test_models_are_frozen() -> None:
     config = m.OperationConfig.model_validate(BASE_CONFIG)
     with pytest.raises(ValidationError) as info:
-        config.order = 2  # type: ignore[misc]
+        config.order = 2  # type: ignore[misc]  # frozen: the point of the test
     assert info.value.errors()[0]["type"] == "frozen_instance"
     assert config.order == 1
     assert hash(m.DebugConfig()) == hash(m.DebugConfig())

@@ -16,6 +16,7 @@ from opsrun.model import (
     ArtifactRef,
     AugmentationStorage,
     FailedDetails,
+    Hook,
     InclusionRecord,
     MainLlmCall,
     OperationError,
@@ -231,8 +232,9 @@ def test_input_without_text_says_so() -> None:
 )
 def test_source_labels(kind: str | None, source: dict[str, Any], label: str) -> None:
     run = make_run(main_llm=llm(prompt=snapshot(message("text", kind, **source))))
-    assert build_report(run, []).prompt is not None
-    assert build_report(run, []).prompt.messages[0].source == label  # type: ignore[union-attr]
+    prompt = build_report(run, []).prompt
+    assert prompt is not None
+    assert prompt.messages[0].source == label
 
 
 def test_prompt_keeps_send_order_roles_hashes_and_trimming() -> None:
@@ -353,9 +355,9 @@ def test_operations_are_sorted_by_hook_then_order_then_id_with_their_changes() -
         ("after_main_llm", "beta"),
     ]
     by_key = {(o.hook, o.operation_id): o for o in report.operations}
-    assert [e.index for e in by_key[("before_main_llm", "beta")].changes] == [1]
-    assert [e.index for e in by_key[("after_main_llm", "beta")].changes] == [2]
-    assert by_key[("before_main_llm", "alpha")].changes == ()
+    assert [e.index for e in by_key[(Hook.BEFORE_MAIN_LLM, "beta")].changes] == [1]
+    assert [e.index for e in by_key[(Hook.AFTER_MAIN_LLM, "beta")].changes] == [2]
+    assert by_key[(Hook.BEFORE_MAIN_LLM, "alpha")].changes == ()
     md = render_markdown(report)
     assert "- `beta` (after_main_llm): artifact.write `mood` v3 → v4: `- calm` …" in md
     assert "- `first` (before_main_llm): prompt.system_update: `append 12 chars`" in md

@@ -21,6 +21,7 @@ from opsrun.model import (
     BeforeLastAssistant,
     ChatMessage,
     ChatRole,
+    ContentFormat,
     InsertAtDepth,
     MessageVariant,
     PromptEffect,
@@ -224,7 +225,7 @@ def test_merge_section_ignores_headings_in_fences() -> None:
     ],
 )
 def test_formats(value: Any, fmt: str, expected: str) -> None:
-    assert render_value(value, fmt) == expected  # type: ignore[arg-type]
+    assert render_value(value, ContentFormat(fmt)) == expected
     prompt, _, _ = assemble(art(value=value, mode="as_message", format=fmt))
     assert prompt[-1:] == ([f"D:{expected}"] if expected else ["U:h6"])
 
@@ -234,7 +235,7 @@ def test_inclusion_format_overrides_artifact_format() -> None:
     assert prompt[-1] == 'D:```json\n{"a":1}\n```'
 
 
-VERSIONED = {
+VERSIONED: dict[str, Any] = {
     "value": "v3",
     "version": 3,
     "history": (
@@ -257,7 +258,7 @@ def test_version_selectors(
     selector: VersionSelector, contents: list[str], versions: list[int]
 ) -> None:
     prompt, plan, messages = assemble(
-        art(**VERSIONED, mode="as_message", version_selector=selector)  # type: ignore[arg-type]
+        art(**VERSIONED, mode="as_message", version_selector=selector)
     )
     assert prompt[len(with_history()) :] == [f"D:{c}" for c in contents]
     tail = messages[len(with_history()) :]
@@ -267,7 +268,7 @@ def test_version_selectors(
 
 def test_versions_join_in_the_system_prompt() -> None:
     prompt, _, _ = assemble(
-        art(**VERSIONED, mode="prepend_system", version_selector=VersionSelector(type="all"))  # type: ignore[arg-type]
+        art(**VERSIONED, mode="prepend_system", version_selector=VersionSelector(type="all"))
     )
     assert prompt[0] == "S:v3\n\nv2\n\nv1\n\nsys"
 

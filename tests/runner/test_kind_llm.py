@@ -14,9 +14,11 @@ from opsrun.kinds.liquid import TemplateEngine, TemplateLimits
 from opsrun.model import (
     Artifact,
     Hook,
+    JsonObject,
     LlmParams,
     OperationConfig,
     OperationDefinition,
+    OperationError,
     OperationProfile,
     OperationProfileSessionKey,
     OperationRun,
@@ -113,6 +115,18 @@ class Harness:
 
 def aux(result: RunResult) -> OperationRun:
     return result.operation("aux")
+
+
+def aux_error(result: RunResult) -> OperationError:
+    error = aux(result).error
+    assert error is not None
+    return error
+
+
+def error_details(result: RunResult) -> JsonObject:
+    details = aux_error(result).details
+    assert details is not None
+    return details
 
 
 def error_code(result: RunResult) -> str | None:
@@ -361,7 +375,9 @@ async def test_unknown_provider_ref_is_a_config_error() -> None:
     h = Harness()
     result = await h.run(llm_params(providerRef="elsewhere"))
     assert error_code(result) == "config_error"
-    assert "elsewhere" in (aux(result).error.message if aux(result).error else "")
+    error = aux(result).error
+    assert error is not None
+    assert "elsewhere" in error.message
 
 
 async def test_timeout_cuts_a_slow_provider() -> None:
@@ -449,8 +465,7 @@ async def test_errors_not_listed_in_retry_on_are_not_retried() -> None:
     params = llm_params(retry={"maxAttempts": 3, "retryOn": ["rate_limit", "timeout"]})
     result = await h.run(params)
     assert error_code(result) == "provider_error"
-    assert aux(result).error is not None
-    assert aux(result).error.message == "RuntimeError: socket closed"  # type: ignore[union-attr]
+    assert aux_error(result).message == "RuntimeError: socket closed"
     assert h.provider.calls == 1
 
 
@@ -539,8 +554,7 @@ async def test_strict_variables_is_template_render_error() -> None:
     h = Harness()
     strict = await h.run(llm_params(prompt="{{ art.missing.value }}", strictVariables=True))
     assert error_code(strict) == "template_render_error"
-    assert aux(strict).error is not None
-    assert aux(strict).error.details["field"] == "prompt"  # type: ignore[index,union-attr]
+    assert error_details(strict)["field"] == "prompt"
     assert h.provider.calls == 0
     lenient = await h.run(llm_params(prompt="[{{ art.missing.value }}]"), user="two")
     assert aux(lenient).status == OperationStatus.DONE
@@ -552,7 +566,7 @@ async def test_system_template_errors_name_the_field() -> None:
     h = Harness()
     result = await h.run(llm_params(system="{% if %}"))
     assert error_code(result) == "template_render_error"
-    assert aux(result).error.details["field"] == "system"  # type: ignore[index,union-attr]
+    assert error_details(result)["field"] == "system"
 
 
 async def test_template_loop_limit_is_template_render_error() -> None:
@@ -605,8 +619,9 @@ async def test_runs_without_a_registry_end_in_config_error() -> None:
     result = await runner.run(
         RunRequest(trigger=Trigger.GENERATE, chat_id="c", profile_id="p", user_message="u")
     )
-    assert result.operation("x").error is not None
-    assert result.operation("x").error.code == "config_error"  # type: ignore[union-attr]
+    error = result.operation("x").error
+    assert error is not None
+    assert error.code == "config_error"
 
 
 async def test_a_retry_that_would_pass_the_deadline_is_not_made() -> None:

@@ -220,16 +220,16 @@ def test_limits_are_validated() -> None:
     assert info.value.code == "config_error"
     assert info.value.details["field"] == "loop_iteration_limit"
     with pytest.raises(TypeError):
-        TemplateLimits(65_536)  # type: ignore[misc]  # keyword-only on purpose
+        TemplateLimits(65_536)  # type: ignore[call-arg]  # positional on purpose: keyword-only
     with pytest.raises(ConfigError):
         TemplateEngine(cache_size=0)
     with pytest.raises(AttributeError):
-        TemplateLimits().timeout_seconds = 9  # type: ignore[misc]
+        TemplateLimits().timeout_seconds = 9  # type: ignore[misc]  # frozen: the point of the test
 
 
 def test_non_string_source_is_template_error(engine: TemplateEngine) -> None:
     with pytest.raises(TemplateError):
-        engine.render(123)  # type: ignore[arg-type]
+        engine.render(123)  # type: ignore[arg-type]  # a wrong type on purpose
 
 
 def test_python_exceptions_inside_render_are_translated(engine: TemplateEngine) -> None:

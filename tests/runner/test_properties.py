@@ -5,7 +5,6 @@ from __future__ import annotations
 import heapq
 import itertools
 from dataclasses import dataclass
-from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -20,9 +19,12 @@ from opsrun.model import (
     FailedType,
     Hook,
     OperationConfig,
+    OperationFinished,
     OperationProfile,
     OperationResult,
+    OperationStarted,
     ProfileOperation,
+    RunEvent,
     RunRequest,
     RunResult,
     RunStatus,
@@ -175,7 +177,7 @@ def build(specs: list[Spec], probe: Probe) -> OperationCatalog:
     return catalog
 
 
-async def execute(specs: list[Spec]) -> tuple[RunResult, Probe, ScriptedMainLlm, list[Any]]:
+async def execute(specs: list[Spec]) -> tuple[RunResult, Probe, ScriptedMainLlm, list[RunEvent]]:
     probe = Probe()
     stores = InMemoryStores()
     await stores.profiles.save_profile(
@@ -265,7 +267,7 @@ def test_random_profiles_follow_the_reference_model(backend: str, specs: list[Sp
             if s.op_id in downstream(hit, roots):
                 # Aborted, unless a dependency had already failed on its own: then the
                 # operation may have ended on that failure before the abort reached it.
-                allowed = [("aborted", None, None)]
+                allowed: list[Status] = [("aborted", None, None)]
                 if any(got[d][0] not in ("done", "aborted") for d in s.depends_on):
                     allowed.append(exp_hit[s.op_id])
                 assert got[s.op_id] in allowed, s
@@ -303,10 +305,14 @@ def test_random_profiles_follow_the_reference_model(backend: str, specs: list[Sp
     # events: seq 1..n, names from the definitions, one run.finished at the end
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     assert events[-1].type == "run.finished"
-    assert events[-1].status == result.status  # type: ignore[union-attr]
+    assert events[-1].status == result.status
     for e in events:
-        if e.type.startswith("operation."):
-            assert e.operation_name == f"Operation {e.operation_id}"  # type: ignore[union-attr]
-    started_ops = [e.operation_id for e in events if e.type == "operation.started"]  # type: ignore[union-attr]
+        if isinstance(e, OperationStarted | OperationFinished):
+            assert e.operation_name == f"Operation {e.operation_id}"
+    assert {e.type for e in events if e.type.startswith("operation.")} <= {
+        "operation.started",
+        "operation.finished",
+    }
+    started_ops = [e.operation_id for e in events if e.type == "operation.started"]
     assert sorted(started_ops) == sorted(k[0] for k in probe.started)
     assert sum(e.type == "main_llm.started" for e in events) == main_calls

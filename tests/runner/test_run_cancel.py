@@ -131,7 +131,7 @@ async def test_deadline_during_main_llm(
     events = await opsrun_stores.runs.events(result.run.run_id)
     finished = [e for e in events if e.type == "main_llm.finished"]
     assert len(finished) == 1
-    assert finished[0].finish_reason == FinishReason.DEADLINE  # type: ignore[union-attr]
+    assert finished[0].finish_reason == FinishReason.DEADLINE
 
 
 async def _run_and_abort_when_started(
@@ -262,7 +262,7 @@ async def test_abort_during_main_llm_stream(
     assert result.operation("after").status == OperationStatus.ABORTED
     events = await opsrun_stores.runs.events(result.run.run_id)
     assert events[-1].type == "run.finished"
-    assert events[-1].status == RunStatus.ABORTED  # type: ignore[union-attr]
+    assert events[-1].status == RunStatus.ABORTED
 
 
 async def test_signal_aborted_before_the_run(

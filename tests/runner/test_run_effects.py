@@ -349,9 +349,11 @@ async def test_assistant_effects_after_hook(
     @opsrun_catalog.function("canon", name="Canon")
     async def _canon(ctx: OperationContext) -> OperationResult:
         assert ctx.main_llm is not None
-        seen.append(ctx.main_llm.text)
+        text = ctx.main_llm.text
+        assert text is not None
+        seen.append(text)
         seen.append(ctx.history[-1].prompt_text)
-        return OperationResult.done(turn=[AssistantVariant(content=ctx.main_llm.text.upper())])  # type: ignore[union-attr]
+        return OperationResult.done(turn=[AssistantVariant(content=text.upper())])
 
     returning(
         opsrun_catalog, "blocks", OperationResult.done(turn=[AssistantBlocks(blocks=({"t": "b"},))])

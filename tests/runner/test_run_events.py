@@ -13,8 +13,10 @@ from opsrun.model import (
     FinishReason,
     Hook,
     MainLlmStatus,
+    OperationFinished,
     OperationProfile,
     OperationResult,
+    OperationStarted,
     OperationStatus,
     RunEvent,
     RunEventAdapter,
@@ -121,32 +123,31 @@ async def test_every_event_type_in_order() -> None:
         assert e.user_message_id == result.run.user_message_id
         assert e.trigger == Trigger.GENERATE
         if e.type in ("operation.started", "operation.finished"):
-            assert e.operation_name == catalog[e.operation_id].name  # type: ignore[union-attr]
-    phases = [e.phase for e in events if e.type == "run.phase_changed"]  # type: ignore[union-attr]
+            assert e.operation_name == catalog[e.operation_id].name
+    phases = [e.phase for e in events if e.type == "run.phase_changed"]
     assert phases == list(RunPhase)
-    deltas = [e.text for e in events if e.type == "main_llm.delta"]  # type: ignore[union-attr]
+    deltas = [e.text for e in events if e.type == "main_llm.delta"]
     assert len(deltas) > 1
     assert "".join(deltas) == reply
     types = [e.type for e in events]
     assert types.index("main_llm.started") < types.index("main_llm.delta")
     finished = next(e for e in events if e.type == "main_llm.finished")
-    assert finished.status == MainLlmStatus.DONE  # type: ignore[union-attr]
-    assert finished.finish_reason == FinishReason.COMPLETED  # type: ignore[union-attr]
+    assert finished.status == MainLlmStatus.DONE
+    assert finished.finish_reason == FinishReason.COMPLETED
     # every executed operation: started before finished; the disabled one only finishes
     per_op: dict[tuple[str, Hook], list[tuple[int, str]]] = {}
     for e in events:
-        if e.type.startswith("operation."):
-            key = (e.operation_id, e.hook)  # type: ignore[union-attr]
-            per_op.setdefault(key, []).append((e.seq, e.type))
+        if isinstance(e, OperationStarted | OperationFinished):
+            per_op.setdefault((e.operation_id, e.hook), []).append((e.seq, e.type))
     assert [t for _, t in per_op[("prep", B)]] == ["operation.started", "operation.finished"]
     assert [t for _, t in per_op[("track", A)]] == ["operation.started", "operation.finished"]
     assert [t for _, t in per_op[("off", B)]] == ["operation.finished"]
-    off = next(e for e in events if e.type == "operation.finished" and e.operation_id == "off")  # type: ignore[union-attr]
-    assert off.status == OperationStatus.SKIPPED  # type: ignore[union-attr]
-    assert off.skipped_reason == "disabled"  # type: ignore[union-attr]
+    off = next(e for e in events if e.type == "operation.finished" and e.operation_id == "off")
+    assert off.status == OperationStatus.SKIPPED
+    assert off.skipped_reason == "disabled"
     last = events[-1]
-    assert last.status == RunStatus.DONE  # type: ignore[union-attr]
-    assert last.failed_type is None  # type: ignore[union-attr]
+    assert last.status == RunStatus.DONE
+    assert last.failed_type is None
     # events round-trip through JSON
     for e in events:
         assert RunEventAdapter.validate_json(RunEventAdapter.dump_json(e)) == e
@@ -163,23 +164,19 @@ async def test_failed_run_events_carry_failed_type() -> None:
     assert "main_llm.started" not in types
     last = sink.events[-1]
     assert last.type == "run.finished"
-    assert last.status == RunStatus.FAILED  # type: ignore[union-attr]
-    assert last.failed_type == FailedType.BEFORE_BARRIER  # type: ignore[union-attr]
-    assert last.failed_details is not None  # type: ignore[union-attr]
-    assert last.failed_details.operation_id == "prep"  # type: ignore[union-attr]
+    assert last.status == RunStatus.FAILED
+    assert last.failed_type == FailedType.BEFORE_BARRIER
+    assert last.failed_details is not None
+    assert last.failed_details.operation_id == "prep"
     prep = next(
-        e
-        for e in sink.events
-        if e.type == "operation.finished" and e.operation_id == "prep"  # type: ignore[union-attr]
+        e for e in sink.events if e.type == "operation.finished" and e.operation_id == "prep"
     )
-    assert prep.error is not None  # type: ignore[union-attr]
-    assert prep.error.code == "prep_failed"  # type: ignore[union-attr]
+    assert prep.error is not None
+    assert prep.error.code == "prep_failed"
     track = next(
-        e
-        for e in sink.events
-        if e.type == "operation.finished" and e.operation_id == "track"  # type: ignore[union-attr]
+        e for e in sink.events if e.type == "operation.finished" and e.operation_id == "track"
     )
-    assert track.skipped_reason == "main_llm_not_run"  # type: ignore[union-attr]
+    assert track.skipped_reason == "main_llm_not_run"
 
 
 async def test_main_llm_error_events() -> None:
@@ -191,11 +188,13 @@ async def test_main_llm_error_events() -> None:
     assert result.failed_type == FailedType.MAIN_LLM
     check_seq(sink.events)
     finished = next(e for e in sink.events if e.type == "main_llm.finished")
-    assert finished.status == MainLlmStatus.ERROR  # type: ignore[union-attr]
-    assert finished.finish_reason == FinishReason.PROVIDER_ERROR  # type: ignore[union-attr]
-    assert finished.error is not None  # type: ignore[union-attr]
-    assert finished.error.code == "provider_error"  # type: ignore[union-attr]
-    assert sink.events[-1].failed_type == FailedType.MAIN_LLM  # type: ignore[union-attr]
+    assert finished.status == MainLlmStatus.ERROR
+    assert finished.finish_reason == FinishReason.PROVIDER_ERROR
+    assert finished.error is not None
+    assert finished.error.code == "provider_error"
+    last = sink.events[-1]
+    assert last.type == "run.finished"
+    assert last.failed_type == FailedType.MAIN_LLM
 
 
 async def test_broken_sink_does_not_break_the_run() -> None:

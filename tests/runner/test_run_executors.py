@@ -120,9 +120,9 @@ def test_executor_limits_are_validated(build: Callable[[], object], field: str) 
 
 def test_executor_options_are_keyword_only() -> None:
     with pytest.raises(TypeError):
-        InProcessExecutor(1)  # type: ignore[misc]  # positional on purpose
+        InProcessExecutor(1)  # type: ignore[call-arg]  # positional on purpose: keyword-only
     with pytest.raises(TypeError):
-        ThreadExecutor(2)  # type: ignore[misc]  # positional on purpose
+        ThreadExecutor(2)  # type: ignore[call-arg]  # positional on purpose: keyword-only
 
 
 async def test_in_process_limit_one_serialises() -> None:

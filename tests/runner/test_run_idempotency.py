@@ -119,7 +119,7 @@ async def test_concurrent_duplicates_start_one_run(
             both_claimed.set()
         return stored
 
-    opsrun_stores.runs.claim = counting_claim  # type: ignore[method-assign]
+    opsrun_stores.runs.claim = counting_claim  # type: ignore[method-assign]  # a spy
 
     @opsrun_catalog.function("slow", name="Slow")
     async def _slow(ctx: OperationContext) -> OperationResult:

@@ -511,7 +511,7 @@ async def test_operation_returning_no_result_is_operation_exception(
 ) -> None:
     @opsrun_catalog.function("forgot", name="Forgot to return")
     async def _forgot(ctx: OperationContext) -> OperationResult:
-        return None  # type: ignore[return-value]
+        return None  # type: ignore[return-value]  # the mistake under test
 
     await use_profile(opsrun_stores, op("forgot", B, timeout_ms=60_000))
     result = await runner.run(generate())
@@ -532,7 +532,7 @@ async def test_main_llm_stream_without_final_result(
         async def stream(self, request: object) -> Any:
             yield "half a"
 
-    runner.main_llm = Truncated()  # type: ignore[assignment]
+    runner.main_llm = Truncated()
     await use_profile(opsrun_stores)
     result = await runner.run(generate())
     assert result.status == RunStatus.FAILED

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from opsrun.errors import ConfigError
 from opsrun.model import ChatMessage, ChatRole, MessageVariant
-from opsrun.prompt import HistoryWindow, SnapshotPolicy, TrimmedMessage, trim_history
+from opsrun.prompt import (
+    HistoryWindow,
+    SnapshotPolicy,
+    TrimmedMessage,
+    TrimReason,
+    trim_history,
+)
 
 
 def message(index: int, text: str, role: ChatRole | None = None) -> ChatMessage:
@@ -59,12 +67,12 @@ def test_empty_history() -> None:
         (HistoryWindow(max_messages=1, max_chars=1), ["m4"], "max_messages"),
     ],
 )
-def test_limits(window: HistoryWindow, kept: list[str], reason: str) -> None:
+def test_limits(window: HistoryWindow, kept: list[str], reason: TrimReason) -> None:
     h = history("one", "two two", "xy", "a b", "c d ")
     result = trim_history(h, window)
     assert ids(result.kept) == kept
     dropped = [m.message_id for m in h[: len(h) - len(kept)]]
-    assert result.trimmed == tuple(TrimmedMessage(i, reason) for i in dropped)  # type: ignore[arg-type]
+    assert result.trimmed == tuple(TrimmedMessage(i, reason) for i in dropped)
 
 
 def test_current_user_message_is_kept_even_when_too_big() -> None:
@@ -87,25 +95,21 @@ def test_token_counter_is_not_called_for_the_trimmed_rest() -> None:
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "field"),
+    ("build", "field"),
     [
-        ({"max_messages": -1}, "max_messages"),
-        ({"max_chars": -5}, "max_chars"),
-        ({"max_tokens": 10}, "token_counter"),
-        ({"max_tokens": -1}, "max_tokens"),
+        (lambda: HistoryWindow(max_messages=-1), "max_messages"),
+        (lambda: HistoryWindow(max_chars=-5), "max_chars"),
+        (lambda: HistoryWindow(max_tokens=10), "token_counter"),
+        (lambda: HistoryWindow(max_tokens=-1, token_counter=len), "max_tokens"),
+        (lambda: SnapshotPolicy(max_message_chars=-1), "max_message_chars"),
+        (lambda: SnapshotPolicy(max_total_chars=-1), "max_total_chars"),
+        (lambda: SnapshotPolicy(summary_chars=-1), "summary_chars"),
     ],
+    ids=lambda value: value if isinstance(value, str) else "",
 )
-def test_invalid_windows(kwargs: dict[str, int], field: str) -> None:
-    with pytest.raises(ConfigError, match="HistoryWindow") as info:
-        HistoryWindow(**kwargs)
-    assert info.value.code == "config_error"
-    assert info.value.details["field"] == field
-
-
-@pytest.mark.parametrize("field", ["max_message_chars", "max_total_chars", "summary_chars"])
-def test_invalid_snapshot_policies(field: str) -> None:
-    with pytest.raises(ConfigError, match="SnapshotPolicy") as info:
-        SnapshotPolicy(**{field: -1})
+def test_invalid_prompt_configs(build: Callable[[], object], field: str) -> None:
+    with pytest.raises(ConfigError, match=r"(HistoryWindow|SnapshotPolicy)\.") as info:
+        build()
     assert info.value.code == "config_error"
     assert info.value.details["field"] == field
 

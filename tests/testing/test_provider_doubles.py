@@ -94,7 +94,7 @@ async def test_function_provider_lets_exceptions_through() -> None:
 
 async def test_function_provider_rejects_replies_of_the_wrong_type() -> None:
     with pytest.raises(TypeError):
-        await FunctionProvider(lambda req: 42).complete(request())  # type: ignore[arg-type,return-value]
+        await FunctionProvider(lambda req: 42).complete(request())  # type: ignore[arg-type,return-value]  # a wrong reply type on purpose
 
 
 async def test_recording_provider_keeps_requests_responses_and_errors() -> None:
