@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from opsrun.protocol._patch import apply_patch
+from opsrun.protocol import apply_patch
 
 try:
     import whatthepatch

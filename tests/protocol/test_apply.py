@@ -9,12 +9,19 @@ from pathlib import Path
 import pytest
 
 from opsrun.errors import ApplyError, OpsrunError, PlanError
-from opsrun.protocol._apply import apply_plan
-from opsrun.protocol._fs import FileSystem, Tree
-from opsrun.protocol._journal import recover, undo
-from opsrun.protocol._patch import sha256_hex
-from opsrun.protocol._plan import Action, ActionKind, Plan
-from opsrun.protocol._preview import preview_plan
+from opsrun.protocol import (
+    Action,
+    ActionKind,
+    CheckCommand,
+    FileSystem,
+    Plan,
+    apply_plan,
+    preview_plan,
+    recover,
+    sha256_hex,
+    undo,
+)
+from opsrun.protocol._fs import Tree
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_apply_helpers import make_project, picture, sample_plan
@@ -31,9 +38,11 @@ def plan_of(*actions: Action) -> Plan:
     return Plan(version=2, summary="t", actions=actions)
 
 
-def error_code(root: Path, plan: Plan, **kw: object) -> str:
+def error_code(
+    root: Path, plan: Plan, *, check: CheckCommand | None = None, allow_delete: bool = False
+) -> str:
     with pytest.raises(OpsrunError) as info:
-        apply_plan(plan, root, **kw)  # type: ignore[arg-type]
+        apply_plan(plan, root, check=check, allow_delete=allow_delete)
     assert isinstance(info.value, ApplyError)
     return info.value.code
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from opsrun.protocol import sha256_hex
 from opsrun.protocol._apply_cli import add_apply_commands
-from opsrun.protocol._patch import sha256_hex
 
 
 def run(argv: list[str]) -> tuple[int, str]:

@@ -6,8 +6,7 @@ import os
 import stat
 from pathlib import Path
 
-from opsrun.protocol._patch import sha256_hex
-from opsrun.protocol._plan import Action, ActionKind, Plan
+from opsrun.protocol import Action, ActionKind, Plan, sha256_hex
 
 Picture = dict[str, tuple[object, ...]]
 

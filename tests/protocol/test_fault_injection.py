@@ -14,10 +14,10 @@ from opsrun.protocol import apply_plan, recover, undo
 from opsrun.testing import FaultyFileSystem
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_apply_helpers import make_project, picture, sample_plan, small_plan
+from test_apply_helpers import Picture, make_project, picture, sample_plan, small_plan
 
 PLANS = {"small": small_plan, "sample": sample_plan}
-Template = tuple[Path, dict[str, object], int]
+Template = tuple[Path, Picture, int]
 
 
 def build(base: Path, plan_name: str) -> Template:
@@ -78,7 +78,7 @@ def test_failing_call_leaves_old_or_new_tree(
 
 
 def test_a_failure_inside_recover_is_finished_by_the_next_recover(
-    template: tuple[Path, dict[str, object], int], tmp_path: Path
+    template: Template, tmp_path: Path
 ) -> None:
     source, _, calls = template
     old_picture = picture(source)
@@ -110,9 +110,7 @@ def test_a_failure_inside_recover_is_finished_by_the_next_recover(
             shutil.rmtree(attempt)
 
 
-def test_a_failure_inside_undo_is_finished_by_recover(
-    template: tuple[Path, dict[str, object], int], tmp_path: Path
-) -> None:
+def test_a_failure_inside_undo_is_finished_by_recover(template: Template, tmp_path: Path) -> None:
     source, new_picture, _ = template
     old_picture = picture(source)
     root = fresh(source, tmp_path, "u")

@@ -7,7 +7,7 @@ import hashlib
 import pytest
 
 from opsrun.errors import PatchError
-from opsrun.protocol._patch import (
+from opsrun.protocol import (
     apply_patch,
     check_base_sha256,
     replace_range,

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from opsrun.errors import PatchError
-from opsrun.protocol._patch import apply_patch
+from opsrun.protocol import apply_patch
 
 GNU_PATCH = shutil.which("patch")
 

@@ -49,7 +49,8 @@ def test_v1_refuses_both_action_lists_and_v2_refuses_v1_forms() -> None:
     with pytest.raises(PlanError) as caught:
         parse_plan(json.dumps(both), version=1)
     assert caught.value.code == "ERR_SCHEMA"
-    for answer in ([], {"proposed_changes": {"actions": []}}, {"summary": "no actions key"}):
+    answers: list[object] = [[], {"proposed_changes": {"actions": []}}, {"summary": "no key"}]
+    for answer in answers:
         with pytest.raises(PlanError) as caught:
             parse_plan(json.dumps(answer), version=2)
         assert caught.value.code == "ERR_SCHEMA"

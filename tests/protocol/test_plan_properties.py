@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -29,18 +29,21 @@ plan_like = st.fixed_dictionaries(
 )
 
 
+MODES: tuple[Literal["plan", "apply"], ...] = ("plan", "apply")
+
+
 def _check(text: str, version: int, strict: bool) -> None:
+    plan: Plan | None = None
+    code = ""
     try:
         plan = parse_plan(text, version=version, strict=strict)
     except PlanError as exc:
         code = exc.code
-    else:
-        code = None
-    if code is not None:
+    if plan is None:
         assert code.startswith("ERR_")
         return
-    for mode in ("plan", "apply"):
-        violations = validate_plan(plan, mode=mode)  # type: ignore[arg-type]
+    for mode in MODES:
+        violations = validate_plan(plan, mode=mode)
         assert all(v.code != "ERR_VALIDATION_INTERNAL" for v in violations)
 
 
