@@ -246,7 +246,7 @@ async def test_generation_params_reach_the_main_llm_and_are_recorded_redacted() 
 
 async def test_artifact_writes_record_a_short_diff_and_pruned_versions() -> None:
     stores, catalog, llm = InMemoryStores(), OperationCatalog(), ScriptedMainLlm()
-    runner = make_runner(stores=stores, catalog=catalog, main_llm=llm, archive=stores.archive)
+    runner = make_runner(stores=stores, catalog=catalog, main_llm=llm)  # the bundle's archive
     world_writer(catalog)
     await use_profile(stores, op("world", A))
     results = [await runner.run(generate(f"t{i}")) for i in range(3)]

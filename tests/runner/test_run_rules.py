@@ -7,8 +7,9 @@ from typing import Any
 import anyio
 import pytest
 
-from _support import A, B, generate, op, use_profile
+from _support import A, B, generate, make_runner, op, use_profile
 from opsrun.errors import (
+    ConfigError,
     OperationFailed,
     ProfileInvalid,
     ProviderError,
@@ -33,7 +34,7 @@ from opsrun.model import (
     UserVariant,
 )
 from opsrun.operations import OperationCatalog, OperationContext
-from opsrun.ports import ProviderCapabilities
+from opsrun.ports import MainLlmDone, ProviderCapabilities
 from opsrun.runner import Runner
 from opsrun.stores import InMemoryStores
 from opsrun.testing import ScriptedMainLlm
@@ -543,3 +544,60 @@ async def test_main_llm_stream_without_final_result(
     assert main.error is not None
     assert main.error.code == "main_llm_incomplete"
     assert main.text == "half a"
+
+
+@pytest.mark.parametrize(
+    ("done", "recorded"),
+    [
+        (
+            MainLlmDone(text="t", finish_reason="length", raw_finish_reason="max_tokens"),
+            "max_tokens",
+        ),
+        (MainLlmDone(text="t", finish_reason="length"), "length"),
+        (MainLlmDone(text="t"), "stop"),
+    ],
+    ids=["raw", "normalised", "default"],
+)
+async def test_the_run_records_the_providers_own_finish_reason(
+    runner: Runner, opsrun_stores: InMemoryStores, done: MainLlmDone, recorded: str
+) -> None:
+    runner.main_llm = ScriptedMainLlm([done])
+    await use_profile(opsrun_stores)
+    result = await runner.run(generate())
+    main = result.run.main_llm
+    assert main.status == MainLlmStatus.DONE
+    assert main.finish_reason == FinishReason.COMPLETED
+    assert main.provider_finish_reason == recorded
+
+
+async def test_a_runner_needs_every_store() -> None:
+    stores = InMemoryStores()
+    with pytest.raises(ConfigError, match="sessions") as info:
+        Runner(
+            catalog=OperationCatalog(),
+            main_llm=ScriptedMainLlm(),
+            profiles=stores.profiles,
+            chats=stores.chats,
+            runs=stores.runs,
+        )
+    assert info.value.details["field"] == "sessions"
+    parts = Runner(
+        catalog=OperationCatalog(),
+        main_llm=ScriptedMainLlm(),
+        profiles=stores.profiles,
+        sessions=stores.sessions,
+        chats=stores.chats,
+        runs=stores.runs,
+    )
+    assert parts.archive is None  # only a bundle brings its archive along
+
+
+async def test_stores_given_one_by_one_override_the_bundle() -> None:
+    bundle, other = InMemoryStores(), InMemoryStores()
+    runner = make_runner(stores=bundle, runs=other.runs, archive=other.archive)
+    assert runner.profiles is bundle.profiles
+    assert runner.sessions is bundle.sessions
+    assert runner.chats is bundle.chats
+    assert runner.runs is other.runs
+    assert runner.archive is other.archive
+    assert make_runner(stores=bundle).archive is bundle.archive
