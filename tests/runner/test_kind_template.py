@@ -27,6 +27,7 @@ from opsrun.model import (
 )
 from opsrun.operations import OperationCatalog, OperationContext
 from opsrun.providers import ProviderRegistry
+from opsrun.redaction import Redactor
 from opsrun.stores import InMemoryStores
 from opsrun.testing import ScriptedMainLlm, ScriptedProvider
 
@@ -38,7 +39,11 @@ class Harness:
     """Runner + catalog with the built-in kinds; operations are added per test."""
 
     def __init__(
-        self, *, engine: TemplateEngine | None = None, provider: ScriptedProvider | None = None
+        self,
+        *,
+        engine: TemplateEngine | None = None,
+        provider: ScriptedProvider | None = None,
+        redactor: Redactor | None = None,
     ) -> None:
         self.stores = InMemoryStores()
         self.main_llm = ScriptedMainLlm()
@@ -49,7 +54,9 @@ class Harness:
                 providers=ProviderRegistry({"test": self.provider}), engine=self.engine
             )
         )
-        self.runner = make_runner(stores=self.stores, catalog=self.catalog, main_llm=self.main_llm)
+        self.runner = make_runner(
+            stores=self.stores, catalog=self.catalog, main_llm=self.main_llm, redactor=redactor
+        )
         self.entries: list[ProfileOperation] = []
 
     def template(self, op_id: str, params: dict[str, Any], **config: Any) -> None:
@@ -139,6 +146,32 @@ async def test_renders_artifacts_and_history_into_an_artifact_with_every_spec_fi
     assert outputs["renderedLength"] == len(panel.value)
     inputs = second.operation("panel").inputs_summary
     assert set(inputs) == {"templateHash", "templateLength", "strictVariables"}
+
+
+async def test_the_runners_redactor_masks_the_rendered_text() -> None:
+    """Kinds take no redactor of their own: they mask with the run's (``ctx.redactor``)."""
+    secret = "host-only-secret-7f3a9c"
+    h = Harness(redactor=Redactor(secrets=(secret,)))
+    h.template(
+        "t",
+        {
+            "template": "seen " + secret + " today",
+            "writeArtifact": {"tag": "t", "persisted": True},
+            "promptEffect": {"type": "prompt.append_after_last_user"},
+        },
+    )
+    result = await h.run()
+    assert result.operation("t").status == OperationStatus.DONE
+    assert (await h.artifacts(result))["t"].value == "seen [REDACTED] today"
+    request = h.main_llm.last_request
+    assert request is not None
+    assert secret not in "".join(m.content for m in request.messages)
+    plain = Harness()
+    plain.template(
+        "t", {"template": "seen " + secret, "writeArtifact": {"tag": "t", "persisted": True}}
+    )
+    other = await plain.run()
+    assert (await plain.artifacts(other))["t"].value == "seen " + secret  # not a secret here
 
 
 async def test_text_without_liquid_is_itself() -> None:
