@@ -203,6 +203,24 @@ _MAX_WEIGHT_DEPTH = 32
 
 def _weight(value: object, budget: _Budget | None, depth: int = 0) -> int:
     """Estimate the characters ``value`` becomes when liquid turns it into text."""
+    scalar = _scalar_weight(value)
+    if scalar is not None:
+        return scalar
+    if depth >= _MAX_WEIGHT_DEPTH or isinstance(value, Undefined):
+        return 1
+    key = id(value)
+    if budget is not None and key in budget.weights:
+        return budget.weights[key][1]
+    if budget is not None:
+        budget.weights[key] = (value, 0)  # provisional entry: stops cycles
+    total = _container_weight(value, budget, depth)
+    if budget is not None:
+        budget.weights[key] = (value, total)
+    return total
+
+
+def _scalar_weight(value: object) -> int | None:
+    """The weight of a string, number, None or range; None for anything else."""
     if isinstance(value, str):
         return len(value)
     if value is None or isinstance(value, bool | float | Decimal):
@@ -214,13 +232,11 @@ def _weight(value: object, budget: _Budget | None, depth: int = 0) -> int:
             return len(value) * (len(str(value.stop)) + 1)
         except OverflowError:
             return 1 << 62
-    if depth >= _MAX_WEIGHT_DEPTH or isinstance(value, Undefined):
-        return 1
-    key = id(value)
-    if budget is not None and key in budget.weights:
-        return budget.weights[key][1]
-    if budget is not None:
-        budget.weights[key] = (value, 0)  # provisional entry: stops cycles
+    return None
+
+
+def _container_weight(value: object, budget: _Budget | None, depth: int) -> int:
+    """The summed weight of a mapping's or sequence's items; 16 for any other object."""
     total = 0
     if isinstance(value, Mapping):
         for k, v in value.items():
@@ -230,8 +246,6 @@ def _weight(value: object, budget: _Budget | None, depth: int = 0) -> int:
             total += _weight(item, budget, depth + 1)
     else:
         total = 16
-    if budget is not None:
-        budget.weights[key] = (value, total)
     return total
 
 
@@ -472,45 +486,68 @@ def _to_template_error(
     """Turn any exception from liquid into a TemplateError naming where it happened."""
     limit, cause = _limit_of(exc)
     liquid_error = next((e for e in _chain(exc) if isinstance(e, LiquidError)), None)
-    if limit is not None and isinstance(cause, LiquidError):
-        text = str(cause.message)
-    elif limit is not None:
-        text = f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
-        text = f"{text} (limit {limit})"
-    elif isinstance(liquid_error, TemplateNotFoundError):
-        text = f"template not found: {liquid_error.message!r} (no loader provides it)"
-    elif liquid_error is not None and liquid_error.message is not None:
-        text = str(liquid_error.message)
-    else:
-        text = f"{type(exc).__name__}: {exc}"
+    text = _error_text(exc, limit, cause, liquid_error)
     details: dict[str, Any] = {"phase": phase, "error": type(cause).__name__}
     if limit is not None:
-        details["limit"] = limit
-        if limit not in text:
-            text = f"{text} (limit {limit})"
-        value = getattr(limits, limit, None) if limits is not None else None
-        if value is not None:
-            details["limit_value"] = value
-            text = text.replace(f"(limit {limit})", f"(limit {limit}={value})")
+        text, limit_details = _with_limit(text, limit, limits)
+        details.update(limit_details)
     if isinstance(exc, UndefinedError) or isinstance(liquid_error, UndefinedError):
         details["undefined"] = True
-    token = next((e.token for e in _chain(exc) if isinstance(e, LiquidError) and e.token), None)
-    where = ""
-    if token is not None:
-        try:
-            position = LiquidError("", token=token).context()
-        except (ValueError, IndexError):
-            position = None
-        if position is not None:
-            line, column, _prev, current, _next = position
-            near = token.value if len(token.value) <= 80 else token.value[:77] + "..."
-            details.update(line=line, column=column + 1, near=near, source_line=current[:200])
-            where = f" at line {line}, column {column + 1}, near {near!r}"
+    where, position_details = _position(exc)
+    details.update(position_details)
     template_name = liquid_error.template_name if liquid_error is not None else None
     if template_name:
         details["template"] = str(template_name)
         where += f" in {str(template_name)!r}"
     return TemplateError(f"template {phase} failed: {text}{where}", details=details)
+
+
+def _error_text(
+    exc: BaseException,
+    limit: str | None,
+    cause: BaseException,
+    liquid_error: LiquidError | None,
+) -> str:
+    """What went wrong, in words: the limit's error, liquid's message or the exception."""
+    if limit is not None and isinstance(cause, LiquidError):
+        return str(cause.message)
+    if limit is not None:
+        text = f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
+        return f"{text} (limit {limit})"
+    if isinstance(liquid_error, TemplateNotFoundError):
+        return f"template not found: {liquid_error.message!r} (no loader provides it)"
+    if liquid_error is not None and liquid_error.message is not None:
+        return str(liquid_error.message)
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _with_limit(text: str, limit: str, limits: TemplateLimits | None) -> tuple[str, dict[str, Any]]:
+    """``text`` naming the limit (and its value when known), and the limit's details."""
+    details: dict[str, Any] = {"limit": limit}
+    if limit not in text:
+        text = f"{text} (limit {limit})"
+    value = getattr(limits, limit, None) if limits is not None else None
+    if value is not None:
+        details["limit_value"] = value
+        text = text.replace(f"(limit {limit})", f"(limit {limit}={value})")
+    return text, details
+
+
+def _position(exc: BaseException) -> tuple[str, dict[str, Any]]:
+    """Where in the source the first liquid error with a token points, and its details."""
+    token = next((e.token for e in _chain(exc) if isinstance(e, LiquidError) and e.token), None)
+    if token is None:
+        return "", {}
+    try:
+        position = LiquidError("", token=token).context()
+    except (ValueError, IndexError):
+        position = None
+    if position is None:
+        return "", {}
+    line, column, _prev, current, _next = position
+    near = token.value if len(token.value) <= 80 else token.value[:77] + "..."
+    details = {"line": line, "column": column + 1, "near": near, "source_line": current[:200]}
+    return f" at line {line}, column {column + 1}, near {near!r}", details
 
 
 # --- engine --------------------------------------------------------------------------
