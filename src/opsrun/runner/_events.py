@@ -23,22 +23,6 @@ __all__ = ["EventEmitter"]
 
 _log = logging.getLogger("opsrun.events")
 
-_STARTED_FIELDS = frozenset(
-    (
-        "seq",
-        "ts",
-        "run_id",
-        "chat_id",
-        "user_message_id",
-        "trigger",
-        "hook",
-        "operation_id",
-        "operation_name",
-    )
-)
-_FINISHED_FIELDS = _STARTED_FIELDS | {"status", "skipped_reason", "error", "duration_ms"}
-"""The fields given to the operation events (``type`` keeps its default)."""
-
 
 class EventEmitter:
     """Numbers a run's events 1, 2, … and delivers them in order from one task.
@@ -64,6 +48,7 @@ class EventEmitter:
         self._queue: list[RunEvent] = []
         self._wakeup: anyio.Event | None = None
         self._closed = False
+        self._templates: dict[type, OperationStarted | OperationFinished] = {}
 
     def _queue_event(self, event: RunEvent) -> None:
         if self._closed:
@@ -85,7 +70,6 @@ class EventEmitter:
         """Emit ``operation.started``."""
         self._emit_operation(
             OperationStarted,
-            _STARTED_FIELDS,
             hook=hook,
             operation_id=operation_id,
             operation_name=operation_name,
@@ -104,7 +88,6 @@ class EventEmitter:
         """Emit ``operation.finished``."""
         self._emit_operation(
             OperationFinished,
-            _FINISHED_FIELDS,
             hook=hook,
             operation_id=operation_id,
             operation_name=operation_name,
@@ -115,24 +98,24 @@ class EventEmitter:
         )
 
     def _emit_operation(
-        self,
-        event_type: type[OperationStarted | OperationFinished],
-        fields_set: frozenset[str],
-        **fields: Any,
+        self, event_type: type[OperationStarted | OperationFinished], **fields: Any
     ) -> None:
-        """Queue an operation event, built without validation when that is safe.
+        """Queue an operation event: validated once per run and type, then copied.
 
-        Every value comes from a validated model or from the runner itself, except the
-        host clock's reading: anything but a ``datetime`` goes through validation.
+        ``fields`` holds every field that differs between two events of one type in one
+        run, each made by the runner from validated models; only the host clock's reading
+        can be of another type, and then the event is validated.
         """
         self.seq += 1
-        ts: object = self._clock.now()  # a host clock may return something else
-        if isinstance(ts, datetime):
-            event: RunEvent = event_type.model_construct(
-                set(fields_set), seq=self.seq, ts=ts, **self._base, **fields
-            )
+        ts = self._clock.now()
+        fields["seq"] = self.seq
+        fields["ts"] = ts
+        template = self._templates.get(event_type)
+        if template is None or not isinstance(ts, datetime):
+            event: OperationStarted | OperationFinished = event_type(**self._base, **fields)
+            self._templates.setdefault(event_type, event)
         else:
-            event = event_type(seq=self.seq, ts=ts, **self._base, **fields)
+            event = template.model_copy(update=fields)
         self._queue_event(event)
 
     async def pump(self) -> None:

@@ -37,8 +37,6 @@ __all__ = ["NOT_PLANNED", "OpExec", "OperationLedger", "error_of", "redact_error
 NOT_PLANNED = (SkippedReason.DISABLED, SkippedReason.TRIGGER_MISMATCH)
 """Skip reasons of operations that are not part of the run at all."""
 
-_RECORD_FIELDS = frozenset(OperationRun.model_fields)
-
 
 def error_of(code: str, message: str, details: dict[str, Any] | None = None) -> OperationError:
     """A bounded :class:`OperationError`."""
@@ -54,11 +52,6 @@ def redact_error(redactor: Redactor, error: OperationError) -> OperationError:
     if message == error.message and details == error.details:
         return error
     return error.model_copy(update={"message": message, "details": details})
-
-
-def _plain(summary: object) -> bool:
-    """True when ``summary`` is a dict with str keys, as ``OperationRun`` stores it."""
-    return type(summary) is dict and all(type(k) is str for k in summary)
 
 
 @dataclass(eq=False, slots=True)
@@ -83,6 +76,8 @@ class OpExec:
     finished: anyio.Event | None = None
     inputs_summary: dict[str, Any] = field(default_factory=dict)
     outputs_summary: dict[str, Any] = field(default_factory=dict)
+    recorded: OperationRun | None = None
+    """The first record, validated; later records are copies of it with what changed."""
 
     @property
     def operation_id(self) -> str:
@@ -107,41 +102,58 @@ class OpExec:
         self.error = error
 
     def record(self, run_id: str, trigger: Trigger) -> OperationRun:
-        """The operation's :class:`OperationRun` as it stands now."""
-        config = self.config
-        values: dict[str, Any] = {
-            "run_id": run_id,
-            "operation_id": self.definition.operation_id,
-            "operation_name": self.definition.name,
-            "hook": self.hook,
-            "trigger": trigger,
-            "required": config.required,
-            "order": config.order,
-            "depends_on": config.depends_on,
+        """The operation's :class:`OperationRun` as it stands now.
+
+        The first record is validated. Later ones copy it with the fields that change
+        during a run; those come from validated models or from the runner, except the
+        host clock's readings and the summaries of a host ``summarize``, which are
+        validated again whenever they are not what a record holds.
+        """
+        changed: dict[str, Any] = {
             "status": self.status,
             "skipped_reason": self.skipped_reason,
             "error": self.error,
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "duration_ms": self.duration_ms,
-            "inputs_summary": self.inputs_summary,
-            "outputs_summary": self.outputs_summary,
+            "inputs_summary": self.inputs_summary.copy(),
+            "outputs_summary": self.outputs_summary.copy(),
             "committed": self.committed,
             "commit_index": self.commit_index,
         }
-        # Every value comes from a validated model or from the runner, except the host's
-        # clock readings and summaries: anything unusual goes through validation.
-        trusted = (
-            isinstance(self.started_at, datetime | None)
-            and isinstance(self.finished_at, datetime | None)
-            and _plain(self.inputs_summary)
-            and _plain(self.outputs_summary)
+        recorded = self.recorded
+        if recorded is not None and _trusted(self):
+            return recorded.model_copy(update=changed)
+        config = self.config
+        record = OperationRun(
+            run_id=run_id,
+            operation_id=self.definition.operation_id,
+            operation_name=self.definition.name,
+            hook=self.hook,
+            trigger=trigger,
+            required=config.required,
+            order=config.order,
+            depends_on=config.depends_on,
+            **changed,
         )
-        if not trusted:
-            return OperationRun(**values)
-        values["inputs_summary"] = self.inputs_summary.copy()
-        values["outputs_summary"] = self.outputs_summary.copy()
-        return OperationRun.model_construct(set(_RECORD_FIELDS), **values)
+        if recorded is None:
+            self.recorded = record
+        return record
+
+
+def _trusted(e: OpExec) -> bool:
+    """True when ``e``'s changing fields have the types a record holds."""
+    return (
+        isinstance(e.started_at, datetime | None)
+        and isinstance(e.finished_at, datetime | None)
+        and _plain(e.inputs_summary)
+        and _plain(e.outputs_summary)
+    )
+
+
+def _plain(summary: object) -> bool:
+    """True for a dict with str keys, as a record stores a summary."""
+    return type(summary) is dict and all(type(k) is str for k in summary)
 
 
 class OperationLedger:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from time import perf_counter
 from types import MappingProxyType
 
 import anyio
@@ -133,9 +134,10 @@ class Scheduler:
         config = e.config
         e.status = OperationStatus.RUNNING
         e.started_at = ctx.clock.now()
-        t0 = anyio.current_time()
+        started = perf_counter()
         self._emitter.operation_started(e.hook, e.definition.operation_id, e.definition.name)
         timeout = config.timeout_ms / 1000 if config.timeout_ms else None
+        deadline = None if timeout is None else anyio.current_time() + timeout
         op_ctx: OperationContext[object] = OperationContext(
             run=ctx.meta,
             hook=e.hook,
@@ -146,7 +148,7 @@ class Scheduler:
             artifacts=artifacts,
             prompt=view.prompt,
             main_llm=view.main_llm,
-            deadline=None if timeout is None else t0 + timeout,
+            deadline=deadline,
             abort=ctx.abort,
             write_tag=e.write_tag,
             redactor=ctx.redactor,
@@ -154,10 +156,10 @@ class Scheduler:
         result: OperationResult | None = None
         failure: OperationError | None = None
         try:
-            if timeout is None:
+            if deadline is None:
                 result = _checked(await ctx.executor.execute(implementation, op_ctx))
             else:
-                with anyio.CancelScope(deadline=t0 + timeout):
+                with anyio.CancelScope(deadline=deadline):
                     result = _checked(await ctx.executor.execute(implementation, op_ctx))
         except OperationFailed as exc:
             failure = error_of(exc.code, exc.message, exc.details)
@@ -166,7 +168,7 @@ class Scheduler:
         finally:
             # Also reached when an abort cancels the hook: the run marks it aborted.
             e.finished_at = ctx.clock.now()
-            e.duration_ms = (anyio.current_time() - t0) * 1000
+            e.duration_ms = (perf_counter() - started) * 1000
         if failure is not None:
             e.end(OperationStatus.ERROR, error=failure)
         elif result is None or (timeout is not None and e.duration_ms >= timeout * 1000):
