@@ -8,6 +8,8 @@ import re
 import time
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from opsrun._redact import (
     DEFAULT_REDACTOR,
@@ -330,3 +332,32 @@ def test_linear_time_on_adversarial_megabyte(text: str) -> None:
     # Linear rules take well under a second per megabyte; a backtracking rule would take
     # minutes. CPU time of this process, so load from other processes does not count.
     assert time.process_time() - start < 5.0
+
+
+SHAPES = [OPENAI_PROJ, ANTHROPIC, AWS_ID, GOOGLE, GH_PAT, JWT, *STRIPE[:1], "hunter2-Secret9"]
+FRAMES = [
+    "{}",
+    "password: {}",
+    "api_key={}",
+    '"apiKey": "{}"',
+    "Authorization: Bearer {}",
+    "x {} y",
+]
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from(FRAMES), st.sampled_from(SHAPES)), min_size=1, max_size=4),
+    st.sampled_from(["\n", " ", ", "]),
+)
+def test_masking_twice_changes_nothing(parts: list[tuple[str, str]], sep: str) -> None:
+    redactor = DEFAULT_REDACTOR.with_secrets("hunter2-Secret9")
+    text = sep.join(frame.format(secret) for frame, secret in parts)
+    once = redactor.redact(text)
+    assert redactor.redact(once) == once
+    assert "]]" not in once.replace(MASK + "]", "")
+
+
+def test_an_already_masked_assignment_is_left_alone() -> None:
+    assert DEFAULT_REDACTOR.redact(f"password: {MASK}") == f"password: {MASK}"
+    literal = Redactor(secrets=("host-only-secret-7f3a9c",))
+    assert literal.redact("token: host-only-secret-7f3a9c") == f"token: {MASK}"

@@ -72,7 +72,9 @@ def _mask_bearer(match: re.Match[str]) -> str:
 
 def _mask_assignment(match: re.Match[str]) -> str:
     value = match.group("body")
-    if MASK in value or not value.strip():
+    # An already masked value stays as it is ("[REDACTED" stops short of its "]").
+    already = match.string.startswith(MASK, match.start("body"))
+    if already or MASK in value or not value.strip():
         return match.group(0)
     return f"{match.group('prefix')}{MASK}{match.group('close') or ''}"
 

@@ -157,7 +157,7 @@ class Runner:
     async def explain(self, run_id: str) -> RunReport:
         """Return the "why this answer" report of a finished (or running) run.
 
-        ``report.to_markdown()`` renders it for people; docs/report.md describes it.
+        ``opsrun.report.render_markdown(report)`` renders it for people.
 
         Raises:
             NotFound: if the run is unknown (or was pruned).

@@ -129,5 +129,13 @@ def _offline_reply(request: MainLlmRequest) -> str:
 class OfflineMainLlm(FunctionMainLlm):
     """A deterministic offline main LLM for demos: its reply is a function of the prompt."""
 
-    def __init__(self, *, chunk_size: int = 12, delay: float = 0.0) -> None:
-        super().__init__(_offline_reply, chunk_size=chunk_size, delay=delay)
+    def __init__(
+        self,
+        *,
+        chunk_size: int = 12,
+        delay: float = 0.0,
+        capabilities: ProviderCapabilities | None = None,
+    ) -> None:
+        super().__init__(
+            _offline_reply, chunk_size=chunk_size, delay=delay, capabilities=capabilities
+        )
