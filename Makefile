@@ -29,7 +29,7 @@ lint: $(STAMP_DEV)
 	$(BIN)/ruff format --check src tests examples benchmarks
 
 typecheck: $(STAMP_DEV)
-	$(BIN)/mypy --strict src
+	$(BIN)/mypy --strict src tests examples benchmarks
 
 pytest: $(STAMP_DEV)
 	$(BIN)/python -m pytest -q

@@ -151,7 +151,7 @@ async def compare(
 async def bench_template(repeat: int) -> None:
     arts, hist = artifacts(50), history(200)
     definition = OperationDefinition(operation_id="t", name="T", kind="template")
-    params = TemplateParams(template=TEMPLATE, write_artifact={"tag": "out"})  # type: ignore[arg-type]
+    params = TemplateParams.model_validate({"template": TEMPLATE, "writeArtifact": {"tag": "out"}})
     operation = TemplateOperation(definition, engine=TemplateEngine())
     ctx = context(definition, params, arts, hist)
     result = await operation.execute(ctx)
