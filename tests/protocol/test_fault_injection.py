@@ -17,6 +17,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_apply_helpers import Picture, make_project, picture, sample_plan, small_plan
 
 PLANS = {"small": small_plan, "sample": sample_plan}
+# These tests check what the tree holds, not durability: every call goes through a
+# FaultyFileSystem, which skips real fsync (test_apply and test_recover use the real one).
+NO_FAULT = FaultyFileSystem()
 Template = tuple[Path, Picture, int]
 
 
@@ -66,13 +69,13 @@ def test_failing_call_leaves_old_or_new_tree(
             assert code in expected, (k, code)
             if not persistent:
                 assert picture(root) == old_picture, k
-            recover(root)
+            recover(root, fs=NO_FAULT)
             assert picture(root) == old_picture, k
         else:
             assert picture(root) == new_picture, k
             # A fault the apply could shrug off (pruning old journals) left a clean state.
-            assert recover(root).outcome == "nothing"
-            undo(root)
+            assert recover(root, fs=NO_FAULT).outcome == "nothing"
+            undo(root, fs=NO_FAULT)
             assert picture(root) == old_picture, k
         shutil.rmtree(root)
 
@@ -104,9 +107,9 @@ def test_a_failure_inside_recover_is_finished_by_the_next_recover(
             # A second interrupted recover, failing once, before the one that finishes.
             with contextlib.suppress(ApplyError):
                 recover(attempt, fs=FaultyFileSystem(j + 1))
-            recover(attempt)
+            recover(attempt, fs=NO_FAULT)
             assert picture(attempt) == old_picture, (k, j)
-            assert recover(attempt).outcome == "nothing"
+            assert recover(attempt, fs=NO_FAULT).outcome == "nothing"
             shutil.rmtree(attempt)
 
 
@@ -114,7 +117,7 @@ def test_a_failure_inside_undo_is_finished_by_recover(template: Template, tmp_pa
     source, new_picture, _ = template
     old_picture = picture(source)
     root = fresh(source, tmp_path, "u")
-    apply_plan(sample_plan(root), root, allow_delete=True)
+    apply_plan(sample_plan(root), root, allow_delete=True, fs=NO_FAULT)
     probe = fresh(root, tmp_path, "u-probe")
     counter = FaultyFileSystem()
     undo(probe, fs=counter)
@@ -122,9 +125,9 @@ def test_a_failure_inside_undo_is_finished_by_recover(template: Template, tmp_pa
         attempt = fresh(root, tmp_path, f"u{j}")
         with contextlib.suppress(ApplyError):
             undo(attempt, fs=FaultyFileSystem(j, persistent=True))
-        recover(attempt)
+        recover(attempt, fs=NO_FAULT)
         assert picture(attempt) in (old_picture, new_picture), j
         if picture(attempt) == new_picture:
-            undo(attempt)  # the undo had not started: it can simply be run again
+            undo(attempt, fs=NO_FAULT)  # the undo had not started: it can simply be run again
         assert picture(attempt) == old_picture, j
         shutil.rmtree(attempt)
