@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from opsrun.protocol import apply_patch
@@ -107,7 +108,7 @@ def report(title: str, original: str, expected: str, diff: str, tmp: Path) -> di
     for name, fn in engines:
         result = fn(original, diff)
         assert result == expected, f"{name} produced a different result"
-        times[name] = best_of(lambda fn=fn: fn(original, diff))
+        times[name] = best_of(partial(fn, original, diff))
     if GNU is not None:
         times["GNU patch (process)"] = gnu_time(tmp, original, diff, expected)
     ours = times["opsrun"]
