@@ -68,7 +68,7 @@ def edits(draw: st.DrawFn, alphabet: list[str] | None = None) -> tuple[list[str]
     return finish(old, old_nl), finish(new, new_nl)
 
 
-PROPS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPS = settings(suppress_health_check=[HealthCheck.too_slow])
 
 
 @PROPS
@@ -150,8 +150,6 @@ ALPHABET = ["a", "b", "c", "", "d"]
 
 @pytest.mark.skipif(GNU_PATCH is None, reason="GNU patch is not installed")
 @settings(
-    max_examples=250,
-    deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(edits(ALPHABET), st.integers(0, 3), st.data())

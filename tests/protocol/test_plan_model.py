@@ -6,7 +6,7 @@ import itertools
 
 import pydantic
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from opsrun.protocol import Action, ActionKind, Plan, canonical_order
@@ -63,7 +63,6 @@ actions = st.builds(
 )
 
 
-@settings(max_examples=200)
 @given(st.lists(actions, max_size=30))
 def test_canonical_order_is_a_stable_grouped_permutation(items: list[Action]) -> None:
     ordered = canonical_order(items)

@@ -47,13 +47,11 @@ def _check(text: str, version: int, strict: bool) -> None:
         assert all(v.code != "ERR_VALIDATION_INTERNAL" for v in violations)
 
 
-@settings(max_examples=300, deadline=None)
 @given(st.text(max_size=200), st.sampled_from([1, 2]), st.booleans())
 def test_arbitrary_text_raises_only_plan_error(text: str, version: int, strict: bool) -> None:
     _check(text, version, strict)
 
 
-@settings(max_examples=300, deadline=None)
 @given(json_values | plan_like, st.sampled_from([1, 2]), st.booleans())
 def test_arbitrary_json_raises_only_plan_error(value: Any, version: int, strict: bool) -> None:
     _check(json.dumps(value), version, strict)
@@ -94,7 +92,7 @@ def valid_plans(draw: st.DrawFn) -> dict[str, Any]:
     return {"actions": actions, "summary": summary, "memory_patch": memory}
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(valid_plans(), st.sampled_from([1, 2]))
 def test_generated_valid_plans_have_no_violations(answer: dict[str, Any], version: int) -> None:
     plan = parse_plan(json.dumps(answer), version=version, strict=True)

@@ -1,7 +1,7 @@
-"""Test doubles for opsrun users: offline main LLMs, aux LLM providers, a fake clock, ids.
+"""Test doubles for opsrun users: offline main LLMs, aux LLM providers, a fake clock, ids,
+and a file system that injects faults for the plan protocol's transactional apply.
 
-The pytest plugin (``opsrun.testing._plugin``, loaded through the ``pytest11`` entry
-point) provides ready-made fixtures such as ``opsrun_runner``, ``opsrun_provider`` and
+The pytest plugin that installing opsrun registers (entry point ``opsrun``) provides ready-made fixtures such as ``opsrun_runner``, ``opsrun_provider`` and
 an ``opsrun_catalog`` that already knows the built-in kinds ``llm`` and ``template``.
 """
 
