@@ -1,8 +1,9 @@
 """Test doubles for opsrun users: offline main LLMs, aux LLM providers, a fake clock, ids,
 and a file system that injects faults for the plan protocol's transactional apply.
 
-The pytest plugin that installing opsrun registers (entry point ``opsrun``) provides ready-made fixtures such as ``opsrun_runner``, ``opsrun_provider`` and
-an ``opsrun_catalog`` that already knows the built-in kinds ``llm`` and ``template``.
+Installing opsrun registers a pytest plugin (entry point ``opsrun``) with ready-made
+fixtures such as ``opsrun_runner``, ``opsrun_provider`` and an ``opsrun_catalog`` that
+already knows the built-in kinds ``llm`` and ``template``.
 """
 
 from __future__ import annotations
