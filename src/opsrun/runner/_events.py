@@ -66,10 +66,13 @@ class EventEmitter:
         self._queue_event(event)
         return event
 
-    def operation_started(self, hook: Hook, operation_id: str, operation_name: str) -> None:
-        """Emit ``operation.started``."""
+    def operation_started(
+        self, ts: datetime, hook: Hook, operation_id: str, operation_name: str
+    ) -> None:
+        """Emit ``operation.started`` stamped ``ts`` (the operation's ``started_at``)."""
         self._emit_operation(
             OperationStarted,
+            ts,
             hook=hook,
             operation_id=operation_id,
             operation_name=operation_name,
@@ -77,6 +80,7 @@ class EventEmitter:
 
     def operation_finished(
         self,
+        ts: datetime,
         hook: Hook,
         operation_id: str,
         operation_name: str,
@@ -85,9 +89,10 @@ class EventEmitter:
         error: OperationError | None,
         duration_ms: float | None,
     ) -> None:
-        """Emit ``operation.finished``."""
+        """Emit ``operation.finished`` stamped ``ts`` (the operation's ``finished_at``)."""
         self._emit_operation(
             OperationFinished,
+            ts,
             hook=hook,
             operation_id=operation_id,
             operation_name=operation_name,
@@ -98,7 +103,7 @@ class EventEmitter:
         )
 
     def _emit_operation(
-        self, event_type: type[OperationStarted | OperationFinished], **fields: Any
+        self, event_type: type[OperationStarted | OperationFinished], ts: object, **fields: Any
     ) -> None:
         """Queue an operation event: validated once per run and type, then copied.
 
@@ -107,7 +112,6 @@ class EventEmitter:
         can be of another type, and then the event is validated.
         """
         self.seq += 1
-        ts = self._clock.now()
         fields["seq"] = self.seq
         fields["ts"] = ts
         template = self._templates.get(event_type)

@@ -76,8 +76,6 @@ class OpExec:
     finished: anyio.Event | None = None
     inputs_summary: dict[str, Any] = field(default_factory=dict)
     outputs_summary: dict[str, Any] = field(default_factory=dict)
-    recorded: OperationRun | None = None
-    """The first record, validated; later records are copies of it with what changed."""
 
     @property
     def operation_id(self) -> str:
@@ -101,45 +99,6 @@ class OpExec:
         self.skipped_reason = reason
         self.error = error
 
-    def record(self, run_id: str, trigger: Trigger) -> OperationRun:
-        """The operation's :class:`OperationRun` as it stands now.
-
-        The first record is validated. Later ones copy it with the fields that change
-        during a run; those come from validated models or from the runner, except the
-        host clock's readings and the summaries of a host ``summarize``, which are
-        validated again whenever they are not what a record holds.
-        """
-        changed: dict[str, Any] = {
-            "status": self.status,
-            "skipped_reason": self.skipped_reason,
-            "error": self.error,
-            "started_at": self.started_at,
-            "finished_at": self.finished_at,
-            "duration_ms": self.duration_ms,
-            "inputs_summary": self.inputs_summary.copy(),
-            "outputs_summary": self.outputs_summary.copy(),
-            "committed": self.committed,
-            "commit_index": self.commit_index,
-        }
-        recorded = self.recorded
-        if recorded is not None and _trusted(self):
-            return recorded.model_copy(update=changed)
-        config = self.config
-        record = OperationRun(
-            run_id=run_id,
-            operation_id=self.definition.operation_id,
-            operation_name=self.definition.name,
-            hook=self.hook,
-            trigger=trigger,
-            required=config.required,
-            order=config.order,
-            depends_on=config.depends_on,
-            **changed,
-        )
-        if recorded is None:
-            self.recorded = record
-        return record
-
 
 def _trusted(e: OpExec) -> bool:
     """True when ``e``'s changing fields have the types a record holds."""
@@ -153,7 +112,7 @@ def _trusted(e: OpExec) -> bool:
 
 def _plain(summary: object) -> bool:
     """True for a dict with str keys, as a record stores a summary."""
-    return type(summary) is dict and all(type(k) is str for k in summary)
+    return type(summary) is dict and (not summary or all(type(k) is str for k in summary))
 
 
 class OperationLedger:
@@ -166,6 +125,7 @@ class OperationLedger:
         self._redactor = redactor
         self._now = now
         self._execs: list[OpExec] = []
+        self._template: OperationRun | None = None
 
     def __iter__(self) -> Iterator[OpExec]:
         return iter(self._execs)
@@ -185,6 +145,7 @@ class OperationLedger:
         if e.error is not None:
             e.error = redact_error(self._redactor, e.error)
         self._emitter.operation_finished(
+            e.finished_at,
             e.hook,
             e.operation_id,
             e.definition.name,
@@ -203,7 +164,44 @@ class OperationLedger:
 
     def records(self, run_id: str, trigger: Trigger) -> list[OperationRun]:
         """The operation runs as they stand now, in profile order."""
-        return [e.record(run_id, trigger) for e in self._execs]
+        return [self._record(e, run_id, trigger) for e in self._execs]
+
+    def _record(self, e: OpExec, run_id: str, trigger: Trigger) -> OperationRun:
+        """``e``'s :class:`OperationRun`: the run's first record is validated, the others
+        copy it with every field replaced.
+
+        Every value comes from a validated model or from the runner, except the host
+        clock's readings and the summaries of a host ``summarize``: a record with any of
+        those of another type is validated.
+        """
+        config = e.config
+        values: dict[str, Any] = {
+            "run_id": run_id,
+            "operation_id": e.definition.operation_id,
+            "operation_name": e.definition.name,
+            "hook": e.hook,
+            "trigger": trigger,
+            "required": config.required,
+            "order": config.order,
+            "depends_on": config.depends_on,
+            "status": e.status,
+            "skipped_reason": e.skipped_reason,
+            "error": e.error,
+            "started_at": e.started_at,
+            "finished_at": e.finished_at,
+            "duration_ms": e.duration_ms,
+            "inputs_summary": e.inputs_summary.copy(),
+            "outputs_summary": e.outputs_summary.copy(),
+            "committed": e.committed,
+            "commit_index": e.commit_index,
+        }
+        template = self._template
+        if template is not None and _trusted(e):
+            return template.model_copy(update=values)
+        record = OperationRun(**values)
+        if template is None:
+            self._template = record
+        return record
 
     def required_not_done(self, hook: Hook) -> FailedDetails | None:
         """The first required operation of ``hook`` that should have run but is not done.

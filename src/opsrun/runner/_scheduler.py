@@ -135,7 +135,9 @@ class Scheduler:
         e.status = OperationStatus.RUNNING
         e.started_at = ctx.clock.now()
         started = perf_counter()
-        self._emitter.operation_started(e.hook, e.definition.operation_id, e.definition.name)
+        self._emitter.operation_started(
+            e.started_at, e.hook, e.definition.operation_id, e.definition.name
+        )
         timeout = config.timeout_ms / 1000 if config.timeout_ms else None
         deadline = None if timeout is None else anyio.current_time() + timeout
         op_ctx: OperationContext[object] = OperationContext(
