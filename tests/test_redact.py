@@ -284,7 +284,7 @@ def test_redact_value_depth_bounded() -> None:
     deep: list[object] = [OPENAI_PROJ]
     for _ in range(100):
         deep = [deep]
-    out = redact_value(deep, Redactor(max_depth=10))
+    out = redact_value(deep, redactor=Redactor(max_depth=10))
     assert OPENAI_PROJ not in repr(out)
     assert "too deep" in repr(out)
 
@@ -296,7 +296,7 @@ def test_redact_value_cycle_terminates() -> None:
 
 
 def test_default_instance_is_shared_config() -> None:
-    assert redact_value("x", DEFAULT_REDACTOR) == "x"
+    assert redact_value("x", redactor=DEFAULT_REDACTOR) == "x"
     with pytest.raises(AttributeError):
         DEFAULT_REDACTOR.builtin = False  # type: ignore[misc]  # frozen: the point of the test
 

@@ -207,7 +207,7 @@ def _redact_pem(text: str) -> str:
     return "".join(out)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Redactor:
     """Immutable redaction settings: built-in rules plus host secrets and patterns.
 
@@ -343,7 +343,7 @@ def redact_text(text: str, *, extra: Iterable[str] = ()) -> str:
     return redactor.redact(text)
 
 
-def redact_value(value: Any, redactor: Redactor | None = None) -> Any:
+def redact_value(value: Any, *, redactor: Redactor | None = None) -> Any:
     """Return a redacted copy of nested data (see :meth:`Redactor.redact_value`)."""
     return (redactor or DEFAULT_REDACTOR).redact_value(value)
 

@@ -260,7 +260,7 @@ ProviderFinishReason: TypeAlias = Literal["stop", "length", "content_filter", "e
 """Why a provider's completion ended, normalised over providers (both LLM ports)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ProviderCapabilities:
     """What a provider accepts; callers shape their requests by it."""
 
@@ -280,7 +280,7 @@ class ProviderMessage:
     """Text."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class MainLlmRequest:
     """What the runner asks of the main LLM."""
 
@@ -300,7 +300,7 @@ class MainLlmRequest:
     """Generation settings from ``RunRequest.main_llm_params`` (provider, model, …)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class MainLlmDone:
     """The last item a main LLM stream yields."""
 
@@ -337,7 +337,7 @@ class MainLlm(Protocol):
 # --- aux LLM providers (kind="llm") --------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ResponseFormat:
     """The reply format asked of the provider."""
 
@@ -351,7 +351,7 @@ class ResponseFormat:
     """Ask the provider to enforce the schema exactly (``json_schema_strict``)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LlmRequest:
     """One chat completion: what the ``llm`` operation kind sends to a provider."""
 
@@ -375,7 +375,7 @@ class LlmRequest:
     """Host-defined extras (run id, operation id) for tracing."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LlmResponse:
     """A provider's completed reply."""
 

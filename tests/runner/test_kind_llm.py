@@ -271,9 +271,15 @@ async def test_schema_valid_reply_passes() -> None:
 @pytest.mark.parametrize(
     ("level", "expected"),
     [
-        ("json_schema_strict", ResponseFormat("json_schema", {"type": "object"}, "obj", True)),
-        ("json_schema", ResponseFormat("json_schema", {"type": "object"}, "obj", False)),
-        ("json_object", ResponseFormat("json")),
+        (
+            "json_schema_strict",
+            ResponseFormat(type="json_schema", schema={"type": "object"}, name="obj", strict=True),
+        ),
+        (
+            "json_schema",
+            ResponseFormat(type="json_schema", schema={"type": "object"}, name="obj", strict=False),
+        ),
+        ("json_object", ResponseFormat(type="json")),
         ("none", None),
     ],
 )
@@ -292,8 +298,11 @@ async def test_response_format_follows_the_capabilities(
 @pytest.mark.parametrize(
     ("level", "second"),
     [
-        ("json_schema_strict", ResponseFormat("json_schema", {"type": "object"}, "obj", False)),
-        ("json_schema", ResponseFormat("json")),
+        (
+            "json_schema_strict",
+            ResponseFormat(type="json_schema", schema={"type": "object"}, name="obj", strict=False),
+        ),
+        ("json_schema", ResponseFormat(type="json")),
         ("json_object", None),
     ],
 )

@@ -99,7 +99,8 @@ async def test_function_provider_rejects_replies_of_the_wrong_type() -> None:
 
 async def test_recording_provider_keeps_requests_responses_and_errors() -> None:
     inner = ScriptedProvider(
-        ["one", ValueError("bad")], capabilities=ProviderCapabilities("json_schema")
+        ["one", ValueError("bad")],
+        capabilities=ProviderCapabilities(structured_output="json_schema"),
     )
     recording = RecordingProvider(inner)
     await recording.complete(request("a"))

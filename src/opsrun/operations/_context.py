@@ -81,7 +81,7 @@ class AbortSignal:
         return unsubscribe
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunMeta:
     """Identity of the run an operation executes in."""
 
@@ -119,7 +119,7 @@ class RunMeta:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class OperationContext(Generic[P]):
     """The read-only world of one operation execution.
 
