@@ -8,8 +8,6 @@ chat messages). The :class:`Scheduler` executes hooks; the main LLM call is one 
 
 from __future__ import annotations
 
-from typing import Any
-
 import anyio
 
 from ..model import (
@@ -20,6 +18,7 @@ from ..model import (
     MainLlmStatus,
     OperationConfig,
     OperationProfile,
+    OperationRun,
     OperationStatus,
     PromptMessage,
     Run,
@@ -246,5 +245,5 @@ class RunDriver:
             return call
         return call.model_copy(update={"text": self._ctx.redactor.redact(call.text)})
 
-    def _records(self) -> list[Any]:
+    def _records(self) -> list[OperationRun]:
         return self._ledger.records(self.run.run_id, self.run.trigger)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
@@ -43,6 +43,8 @@ from ._run import RunDriver
 from ._turn import Turn
 
 __all__ = ["Runner", "SystemClock", "UuidIds"]
+
+S = TypeVar("S")
 
 
 class SystemClock:
@@ -111,11 +113,11 @@ class Runner:
         snapshot: SnapshotPolicy | None = None,
     ) -> None:
         self.catalog = catalog
-        self.profiles: ProfileStore = _store("profiles", profiles, stores)
-        self.sessions: SessionStore = _store("sessions", sessions, stores)
-        self.chats: ChatStore = _store("chats", chats, stores)
-        self.runs: RunStore = _store("runs", runs, stores)
-        self.archive = archive if archive is not None else getattr(stores, "archive", None)
+        self.profiles = _store("profiles", profiles, stores, lambda s: s.profiles)
+        self.sessions = _store("sessions", sessions, stores, lambda s: s.sessions)
+        self.chats = _store("chats", chats, stores, lambda s: s.chats)
+        self.runs = _store("runs", runs, stores, lambda s: s.runs)
+        self.archive = archive if archive is not None or stores is None else stores.archive
         self.main_llm = main_llm
         self.executor: Executor = executor or InProcessExecutor()
         self.events = events
@@ -333,7 +335,7 @@ class Runner:
         return history  # the new user message is appended once the run is claimed
 
 
-def _store(name: str, given: Any, stores: Stores | None) -> Any:
+def _store(name: str, given: S | None, stores: Stores | None, pick: Callable[[Stores], S]) -> S:
     """The store ``name``: given on its own, or else the bundle's.
 
     Raises:
@@ -346,4 +348,4 @@ def _store(name: str, given: Any, stores: Stores | None) -> Any:
             f"Runner needs a {name} store: pass stores=InMemoryStores() or {name}=...",
             details={"field": name},
         )
-    return getattr(stores, name)
+    return pick(stores)
