@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import TypeVar
 
@@ -134,11 +134,3 @@ def _keep(new: T | None, current: Artifact | None, name: str) -> T | None:
         return new
     value: T | None = getattr(current, name)
     return value
-
-
-def overlay(base: Mapping[str, Artifact], *layers: Mapping[str, Artifact]) -> dict[str, Artifact]:
-    """Merge artifact maps; later layers win per tag."""
-    merged = dict(base)
-    for layer in layers:
-        merged.update(layer)
-    return merged
