@@ -1,4 +1,4 @@
-"""``kind="llm"``: one aux LLM call per operation run (seed 003 §11).
+"""``kind="llm"``: one aux LLM call per operation run.
 
 What happens, in order, and the error code each step can end with:
 
@@ -513,7 +513,7 @@ class LlmOperation(Operation[LlmParams]):
 
 
 def inputs_summary(params: LlmParams) -> dict[str, Any]:
-    """``OperationRun.inputsSummary`` of an llm operation (seed 003 §11 6.1), before rendering.
+    """``OperationRun.inputsSummary`` of an llm operation, before rendering.
 
     The rendered-text hashes are added once rendering succeeded; ``credentialRef`` is
     never included.
