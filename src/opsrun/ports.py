@@ -150,9 +150,11 @@ class RunStore(Protocol):
     """Runs, their operation runs and their events."""
 
     async def claim(self, run: Run) -> Run:
-        """Insert ``run`` unless a run with the same non-empty ``dedupe_key`` exists.
+        """Insert ``run`` unless a run with the same non-empty ``dedupe_key`` holds it.
 
-        Returns the stored run: ``run`` itself, or the earlier run with that key.
+        Returns the stored run: ``run`` itself, or the earlier run with that key. A run
+        that ended ``aborted`` (a cancelled client, a user abort, a deadline) no longer
+        holds its key: ``run`` takes the key over, so the turn can be retried.
         Atomic: two concurrent claims with one key yield one winner.
         """
         ...

@@ -29,7 +29,8 @@ class EventEmitter:
 
     ``emit`` never waits: events queue in memory and a single pump task hands them to
     the run store and the sink in batches, so a slow sink cannot reorder events or
-    stall operations. ``close`` flushes what is queued.
+    stall operations. After ``close`` the pump ends once the queue is delivered;
+    ``flush`` delivers what a cancelled pump left.
     """
 
     def __init__(
@@ -48,6 +49,10 @@ class EventEmitter:
         self._queue: list[RunEvent] = []
         self._wakeup: anyio.Event | None = None
         self._closed = False
+        self._stored = 0
+        """How many queued events the store already has."""
+        self._sent = 0
+        """How many queued events the sink was already handed."""
         self._templates: dict[type, OperationStarted | OperationFinished] = {}
 
     def _queue_event(self, event: RunEvent) -> None:
@@ -131,15 +136,32 @@ class EventEmitter:
                 self._wakeup = wakeup = anyio.Event()
                 await wakeup.wait()
                 continue
-            # Everything queued so far goes out as one batch, in order.
-            batch, self._queue = self._queue, []
-            await self._store.append_events(batch[0].run_id, batch)
-            if self._sink is not None:
-                for item in batch:
-                    try:
-                        await self._sink.emit(item)
-                    except Exception:  # a broken sink must not break the run
-                        _log.exception("event sink failed on %s", item.type)
+            await self._deliver()
+
+    async def flush(self) -> None:
+        """Deliver what is still queued (after the pump was cancelled, say)."""
+        while self._queue:
+            await self._deliver()
+
+    async def _deliver(self) -> None:
+        """Deliver everything queued so far as one batch, in order.
+
+        Events leave the queue only once the store and the sink have them, so a
+        delivery cut short by cancellation resumes where it stopped.
+        """
+        batch = self._queue[:]
+        if self._stored < len(batch):
+            await self._store.append_events(batch[0].run_id, batch[self._stored :])
+            self._stored = len(batch)
+        while self._sink is not None and self._sent < len(batch):
+            item = batch[self._sent]
+            self._sent += 1
+            try:
+                await self._sink.emit(item)
+            except Exception:  # a broken sink must not break the run
+                _log.exception("event sink failed on %s", item.type)
+        del self._queue[: len(batch)]
+        self._stored = self._sent = 0
 
     def close(self) -> None:
         """Stop accepting events; the pump ends after delivering the queue."""

@@ -41,7 +41,10 @@ from ._scheduler import HookView, Scheduler
 from ._staging import Staging
 from ._turn import Turn
 
-__all__ = ["RunDriver"]
+__all__ = ["FINISH_SECONDS", "RunDriver"]
+
+FINISH_SECONDS = 5.0
+"""How long a run cancelled from outside may take to record itself as aborted."""
 
 
 class RunDriver:
@@ -73,9 +76,15 @@ class RunDriver:
         self._main_llm = MainLlmCall()
         self.run = run
         self.result = RunResult(run=run)
+        self._finished = False
 
     async def drive(self) -> None:
-        """Run every phase; the run is finished and stored when this returns."""
+        """Run every phase; the run is finished and stored when this returns.
+
+        Cancelled from outside (the caller's cancel scope, a client that went away), the
+        run is an abort with reason ``cancelled``: it is finished and stored in a
+        shielded scope of at most :data:`FINISH_SECONDS`, then the cancellation goes on.
+        """
         self._emitter.emit(RunStarted)
         try:
             async with anyio.create_task_group() as tg:
@@ -86,6 +95,13 @@ class RunDriver:
                     await self._phases()
                 finally:
                     tg.cancel_scope.cancel()
+        except anyio.get_cancelled_exc_class():
+            if not self._finished:
+                self._ctx.abort.abort("cancelled")
+                with anyio.CancelScope(shield=True) as scope:
+                    scope.deadline = anyio.current_time() + FINISH_SECONDS
+                    await self._finish_aborted()
+            raise
         finally:
             self._cancellation.close()
 
@@ -234,6 +250,7 @@ class RunDriver:
             RunFinished, status=status, failed_type=failed_type, failed_details=details
         )
         self.result = RunResult(run=self.run, operation_runs=tuple(records))
+        self._finished = True
 
     def _recorded_main_llm(self) -> MainLlmCall:
         """The main LLM call as the run records it: its text redacted.

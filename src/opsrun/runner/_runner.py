@@ -39,7 +39,7 @@ from ..report import RunReport, build_report
 from ._context import RunContext
 from ._events import EventEmitter
 from ._executor import Executor, InProcessExecutor
-from ._run import RunDriver
+from ._run import FINISH_SECONDS, RunDriver
 from ._turn import Turn
 
 __all__ = ["Runner", "SystemClock", "UuidIds"]
@@ -255,6 +255,10 @@ class Runner:
                 finally:
                     emitter.close()
         finally:
+            # A cancelled pump leaves events behind: deliver them, shielded and bounded.
+            with anyio.CancelScope(shield=True) as scope:
+                scope.deadline = anyio.current_time() + FINISH_SECONDS
+                await emitter.flush()
             if forget_caller is not None:
                 forget_caller()
             del self._active[run.run_id]

@@ -13,6 +13,7 @@ from time import perf_counter
 from types import MappingProxyType
 
 import anyio
+import anyio.lowlevel
 
 from ..errors import OperationFailed
 from ..model import (
@@ -165,6 +166,14 @@ class Scheduler:
                     result = _checked(await ctx.executor.execute(implementation, op_ctx))
         except OperationFailed as exc:
             failure = error_of(exc.code, exc.message, exc.details)
+        except anyio.get_cancelled_exc_class():
+            # Only a cancel scope around the operation may cancel it (the run's abort or
+            # deadline, the caller): then this checkpoint raises again. A cancellation the
+            # operation's own code raised (a cancelled future it awaited) is its error.
+            await anyio.lowlevel.checkpoint_if_cancelled()
+            failure = error_of(
+                "operation_cancelled", "the operation's own code raised a cancellation"
+            )
         except Exception as exc:  # an operation must never crash the run
             failure = error_of("operation_exception", f"{type(exc).__name__}: {exc}")
         finally:

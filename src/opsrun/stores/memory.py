@@ -24,6 +24,7 @@ from ..model import (
     OperationRun,
     Run,
     RunEvent,
+    RunStatus,
 )
 
 __all__ = [
@@ -160,11 +161,14 @@ class InMemoryRunStore:
         self._lock = threading.Lock()
 
     async def claim(self, run: Run) -> Run:
-        """Insert ``run`` unless its dedupe key is taken; return the stored run."""
+        """Insert ``run`` unless its dedupe key is held; return the stored run.
+
+        A run that ended ``aborted`` does not hold its key any more.
+        """
         with self._lock:
             if run.dedupe_key:
                 existing = self._by_key.get(run.dedupe_key)
-                if existing is not None:
+                if existing is not None and self._runs[existing].status != RunStatus.ABORTED:
                     return self._runs[existing]
                 self._by_key[run.dedupe_key] = run.run_id
             self._runs[run.run_id] = run

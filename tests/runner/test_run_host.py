@@ -1,0 +1,146 @@
+"""What a real host does to a run: cancel it from outside, raise stray cancellations."""
+
+from __future__ import annotations
+
+import asyncio
+
+import anyio
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from _support import B, generate, make_runner, op, use_profile
+from opsrun.model import ChatRole, OperationResult, OperationStatus, RunEvent, RunStatus
+from opsrun.operations import OperationCatalog, OperationContext
+from opsrun.runner import Runner
+from opsrun.stores import InMemoryStores
+from opsrun.testing import ScriptedMainLlm
+
+BACKENDS = ["asyncio", "trio"]
+
+
+class CancelAt:
+    """An event sink that cancels the caller's scope when event ``seq`` arrives."""
+
+    def __init__(self, seq: int) -> None:
+        self.seq = seq
+        self.scope: anyio.CancelScope | None = None
+        self.seen: list[RunEvent] = []
+
+    async def emit(self, event: RunEvent) -> None:
+        self.seen.append(event)
+        if event.seq == self.seq and self.scope is not None:
+            self.scope.cancel()
+
+
+async def _stored(runner: Runner, run_id: str) -> tuple[RunStatus, list[RunEvent]]:
+    result = await runner.result(run_id)
+    assert all(r.status.is_terminal for r in result.operation_runs)
+    return result.run.status, await runner.runs.events(run_id)
+
+
+def _check_events(events: list[RunEvent]) -> None:
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert [e.type for e in events].count("run.finished") == 1
+    assert events[-1].type == "run.finished"
+
+
+def _catalog(n_ops: int, hang_first: set[str]) -> OperationCatalog:
+    catalog = OperationCatalog()
+    for i in range(n_ops):
+        op_id = f"op{i}"
+
+        @catalog.function(op_id, name=op_id)
+        async def _fn(ctx: OperationContext, op_id: str = op_id) -> OperationResult:
+            await anyio.lowlevel.checkpoint()
+            if op_id in hang_first:
+                hang_first.discard(op_id)
+                await anyio.sleep_forever()
+            return OperationResult.done()
+
+    return catalog
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@given(at=st.integers(1, 30), n_ops=st.integers(0, 4))
+def test_a_run_cancelled_at_any_event_is_recorded_and_its_turn_can_be_retried(
+    backend: str, at: int, n_ops: int
+) -> None:
+    async def scenario() -> None:
+        stores = InMemoryStores()
+        await use_profile(stores, *(op(f"op{i}", B, order=i) for i in range(n_ops)))
+        sink = CancelAt(at)
+        runner = make_runner(
+            stores=stores,
+            catalog=_catalog(n_ops, set()),
+            main_llm=ScriptedMainLlm(default="a reply in chunks", chunk_size=3),
+            events=sink,
+        )
+        with anyio.fail_after(10):
+            with anyio.CancelScope() as scope:
+                sink.scope = scope
+                await runner.run(generate(user_message_id="m1"))
+            (run_id,) = stores.runs.run_ids()
+            status, events = await _stored(runner, run_id)
+            _check_events(events)
+            assert [e.seq for e in sink.seen] == [e.seq for e in events]
+            if scope.cancelled_caught and status != RunStatus.DONE:
+                assert status == RunStatus.ABORTED
+                assert (await runner.result(run_id)).run.abort_reason == "cancelled"
+            sink.scope = None
+            retry = await runner.run(generate(user_message_id="m1"))
+        assert retry.status == RunStatus.DONE
+        assert retry.deduplicated == (status == RunStatus.DONE)
+        roles = [m.role for m in await stores.chats.history("c", "main")]
+        assert roles == [ChatRole.USER, ChatRole.ASSISTANT]
+
+    anyio.run(scenario, backend=backend)
+
+
+@pytest.mark.anyio
+async def test_cancelled_while_an_operation_runs_ends_it_aborted() -> None:
+    stores = InMemoryStores()
+    await use_profile(stores, op("op0", B), op("op1", B, order=2))
+    runner = make_runner(stores=stores, catalog=_catalog(2, {"op0"}))
+    with anyio.move_on_after(0.05) as scope:
+        await runner.run(generate(user_message_id="m1"))
+    assert scope.cancelled_caught
+    (run_id,) = stores.runs.run_ids()
+    result = await runner.result(run_id)
+    assert result.run.status == RunStatus.ABORTED
+    assert result.run.abort_reason == "cancelled"
+    assert result.operation("op0").status == OperationStatus.ABORTED
+    assert result.operation("op1").status == OperationStatus.DONE
+    _check_events(await stores.runs.events(run_id))
+    retry = await runner.run(generate(user_message_id="m1"))
+    assert (retry.status, retry.deduplicated) == (RunStatus.DONE, False)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.anyio
+async def test_a_stray_cancellation_inside_an_operation_is_its_error() -> None:
+    catalog = OperationCatalog()
+
+    @catalog.function("stray", name="Stray")
+    async def stray(ctx: OperationContext) -> OperationResult:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        future.cancel()
+        await future  # raises CancelledError that no cancel scope asked for
+        return OperationResult.done()
+
+    @catalog.function("sibling", name="Sibling", write_tag="note")
+    async def sibling(ctx: OperationContext) -> OperationResult:
+        await anyio.sleep(0.01)
+        return OperationResult.done(artifact=ctx.write("kept", persisted=False))
+
+    stores = InMemoryStores()
+    await use_profile(stores, op("stray", B), op("sibling", B, order=2))
+    result = await make_runner(stores=stores, catalog=catalog).run(generate())
+    assert result.status == RunStatus.DONE
+    stray_run = result.operation("stray")
+    assert (stray_run.status, stray_run.error_code) == (
+        OperationStatus.ERROR,
+        "operation_cancelled",
+    )
+    assert result.operation("sibling").status == OperationStatus.DONE
+    assert [e.tag for e in result.run.applied_effects] == ["note"]
