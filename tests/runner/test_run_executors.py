@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import anyio
@@ -190,6 +191,9 @@ async def test_custom_executor_sees_every_execution() -> None:
         def __init__(self) -> None:
             self.seen: list[str] = []
             self.inner = InProcessExecutor()
+
+        def slot(self, operation: Any) -> AbstractAsyncContextManager[object]:
+            return self.inner.slot(operation)
 
         async def execute(self, operation: Any, ctx: OperationContext) -> OperationResult:
             self.seen.append(ctx.definition.operation_id)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 
 import anyio
 import pytest
@@ -10,9 +12,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from _support import B, generate, make_runner, op, use_profile
-from opsrun.model import ChatRole, OperationResult, OperationStatus, RunEvent, RunStatus
-from opsrun.operations import OperationCatalog, OperationContext
-from opsrun.runner import Runner
+from opsrun.model import (
+    ChatRole,
+    OperationDefinition,
+    OperationResult,
+    OperationStatus,
+    RunEvent,
+    RunStatus,
+)
+from opsrun.operations import OperationCatalog, OperationContext, SyncOperation
+from opsrun.runner import Executor, InProcessExecutor, Runner, ThreadExecutor
 from opsrun.stores import InMemoryStores
 from opsrun.testing import ScriptedMainLlm
 
@@ -144,3 +153,57 @@ async def test_a_stray_cancellation_inside_an_operation_is_its_error() -> None:
     )
     assert result.operation("sibling").status == OperationStatus.DONE
     assert [e.tag for e in result.run.applied_effects] == ["note"]
+
+
+def _queued_behind_a_slow_sibling(sync: bool) -> OperationCatalog:
+    catalog = OperationCatalog()
+    if sync:
+
+        class Slow(SyncOperation):
+            definition = OperationDefinition(operation_id="slow", name="Slow", kind="compute")
+
+            def run_sync(self, ctx: OperationContext) -> OperationResult:
+                time.sleep(0.4)
+                return OperationResult.done()
+
+        class Quick(SyncOperation):
+            definition = OperationDefinition(operation_id="quick", name="Quick", kind="compute")
+
+            def run_sync(self, ctx: OperationContext) -> OperationResult:
+                return OperationResult.done()
+
+        catalog.add(Slow())
+        catalog.add(Quick())
+        return catalog
+
+    @catalog.function("slow", name="Slow")
+    async def slow(ctx: OperationContext) -> OperationResult:
+        await anyio.sleep(0.4)
+        return OperationResult.done()
+
+    @catalog.function("quick", name="Quick")
+    async def quick(ctx: OperationContext) -> OperationResult:
+        return OperationResult.done()
+
+    return catalog
+
+
+@pytest.mark.parametrize(
+    ("sync", "executor"),
+    [(False, lambda: InProcessExecutor(limit=1)), (True, lambda: ThreadExecutor(max_threads=1))],
+    ids=["in-process", "threads"],
+)
+@pytest.mark.anyio
+async def test_time_queued_for_an_executor_slot_does_not_count_against_the_timeout(
+    sync: bool, executor: Callable[[], Executor]
+) -> None:
+    stores = InMemoryStores()
+    await use_profile(stores, op("slow", B, order=1), op("quick", B, order=2, timeout_ms=200))
+    runner = make_runner(
+        stores=stores, catalog=_queued_behind_a_slow_sibling(sync), executor=executor()
+    )
+    result = await runner.run(generate())
+    assert result.operation("quick").status == OperationStatus.DONE
+    events = await stores.runs.events(result.run.run_id)
+    seq = {(e.type, getattr(e, "operation_id", None)): e.seq for e in events}
+    assert seq[("operation.started", "quick")] > seq[("operation.finished", "slow")]

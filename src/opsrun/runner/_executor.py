@@ -1,14 +1,19 @@
-"""Where operations execute. The runner only calls ``await executor.execute(op, ctx)``.
+"""Where operations execute: admission to a slot, then the execution itself.
 
-That single call is the whole contract, so an executor can run operations in the
-event loop, in worker threads, or hand them to a distributed backend (which would
-look the operation up by ``ctx.definition.operation_id`` on the worker side and ship
-``ctx`` as data) without any change to the runner.
+The runner waits for a slot (``async with executor.slot(operation)``) and, inside it,
+calls ``await executor.execute(operation, ctx)``. An operation's ``timeoutMs`` and its
+``operation.started`` event begin once the slot is granted, so time spent queued behind
+busy siblings never counts against it. An executor can run operations in the event loop,
+in worker threads, or hand them to a distributed backend (which would look the operation
+up by ``ctx.definition.operation_id`` on the worker side and ship ``ctx`` as data)
+without any change to the runner.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from contextlib import AbstractAsyncContextManager
+from types import TracebackType
 from typing import Any, Protocol
 
 import anyio
@@ -29,59 +34,82 @@ exists to bound fan-out in pathological profiles, not to throttle normal ones.
 
 
 class Executor(Protocol):
-    """Runs one operation execution and returns its result."""
+    """Admits operations to execution and executes them."""
+
+    def slot(self, operation: Operation[Any]) -> AbstractAsyncContextManager[object]:
+        """Wait, on entering, until ``operation`` may execute; free the room on leaving."""
+        ...
 
     async def execute(
         self, operation: Operation[Any], ctx: OperationContext[Any]
     ) -> OperationResult:
-        """Execute ``operation`` with ``ctx``; exceptions propagate to the runner."""
+        """Execute ``operation`` with ``ctx`` now (inside its slot); exceptions propagate."""
         ...
+
+
+class _Limit:
+    """At most ``limit`` holders at once; waiters are served first in, first out."""
+
+    __slots__ = ("_running", "_waiters", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._running = 0
+        self._waiters: deque[anyio.Event] = deque()
+
+    async def __aenter__(self) -> None:
+        if self._running < self.limit and not self._waiters:
+            self._running += 1
+            return
+        waiter = anyio.Event()
+        self._waiters.append(waiter)
+        try:
+            await waiter.wait()
+        except BaseException:
+            # Cancelled while queued: hand a slot we were given to the next in line.
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+            elif waiter.is_set():
+                self._release()
+            raise
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._release()
+
+    def _release(self) -> None:
+        if self._waiters:
+            # The slot passes straight to the next waiter: the count stays the same.
+            self._waiters.popleft().set()
+        else:
+            self._running -= 1
 
 
 class InProcessExecutor:
     """Runs operations as tasks of the current event loop, at most ``limit`` at once."""
 
     def __init__(self, *, limit: int = DEFAULT_CONCURRENCY) -> None:
-        self.limit = limit
         require(self, "limit", isinstance(limit, int) and limit >= 1, "an integer >= 1")
-        self._running = 0
-        self._waiters: deque[anyio.Event] = deque()
+        self._limit = _Limit(limit)
+
+    @property
+    def limit(self) -> int:
+        """How many operations execute at once at most."""
+        return self._limit.limit
+
+    def slot(self, operation: Operation[Any]) -> AbstractAsyncContextManager[object]:
+        """One of ``limit`` slots (first in, first out when all are taken)."""
+        return self._limit
 
     async def execute(
         self, operation: Operation[Any], ctx: OperationContext[Any]
     ) -> OperationResult:
-        """Await ``operation.execute(ctx)`` inside the concurrency limit (FIFO when full)."""
-        if not self._acquire_nowait():
-            waiter = anyio.Event()
-            self._waiters.append(waiter)
-            try:
-                await waiter.wait()
-            except BaseException:
-                # Cancelled while queued: hand a slot we were given to the next in line.
-                if waiter in self._waiters:
-                    self._waiters.remove(waiter)
-                elif waiter.is_set():
-                    self._release()
-                raise
-        try:
-            return await operation.execute(ctx)
-        finally:
-            self._release()
-
-    def _acquire_nowait(self) -> bool:
-        """Take a slot when one is free and nobody queues for it; False otherwise."""
-        if self._running >= self.limit or self._waiters:
-            return False
-        self._running += 1
-        return True
-
-    def _release(self) -> None:
-        """Give back a slot; a queued caller gets it directly."""
-        if self._waiters:
-            # The slot passes straight to the next waiter: _running stays the same.
-            self._waiters.popleft().set()
-        else:
-            self._running -= 1
+        """Await ``operation.execute(ctx)``."""
+        return await operation.execute(ctx)
 
 
 class ThreadExecutor:
@@ -101,14 +129,25 @@ class ThreadExecutor:
             "an integer >= 1",
         )
         self._inline = InProcessExecutor(limit=limit)
-        self._threads: anyio.CapacityLimiter | None = None
+        self._threads = _Limit(max_threads)
+        self._limiter: anyio.CapacityLimiter | None = None
+
+    def slot(self, operation: Operation[Any]) -> AbstractAsyncContextManager[object]:
+        """A worker thread for a sync operation, an event-loop slot for an async one."""
+        if isinstance(operation, SyncOperation):
+            return self._threads
+        return self._inline.slot(operation)
 
     async def execute(
         self, operation: Operation[Any], ctx: OperationContext[Any]
     ) -> OperationResult:
-        """Run sync operations in a worker thread, async ones in the loop."""
-        if isinstance(operation, SyncOperation):
-            if self._threads is None:
-                self._threads = anyio.CapacityLimiter(self.max_threads)
-            return await anyio.to_thread.run_sync(operation.run_sync, ctx, limiter=self._threads)
-        return await self._inline.execute(operation, ctx)
+        """Run a sync operation in a worker thread, an async one in the loop."""
+        if not isinstance(operation, SyncOperation):
+            return await self._inline.execute(operation, ctx)
+        if self._limiter is None:
+            # As many threads as slots: a granted slot never waits for a thread.
+            self._limiter = anyio.CapacityLimiter(self.max_threads)
+        result: OperationResult = await anyio.to_thread.run_sync(
+            operation.run_sync, ctx, limiter=self._limiter
+        )
+        return result

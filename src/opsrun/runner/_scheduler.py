@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from time import perf_counter
 from types import MappingProxyType
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -28,7 +29,7 @@ from ..model import (
     SkippedReason,
 )
 from ..model._effects import ASSISTANT_SIDE_EFFECTS
-from ..operations import OperationContext
+from ..operations import Operation, OperationContext
 from ._artifacts import next_artifact
 from ._context import Cancellation, RunContext
 from ._events import EventEmitter
@@ -129,9 +130,35 @@ class Scheduler:
         return True
 
     async def _execute(self, e: OpExec, view: HookView, artifacts: Mapping[str, Artifact]) -> None:
-        ctx = self._ctx
+        """Execute ``e`` once the executor grants it a slot, then settle its status.
+
+        The operation starts (``running``, ``operation.started``, its ``timeoutMs``)
+        only inside the slot: waiting for one does not count against it.
+        """
         implementation = e.implementation
         assert implementation is not None
+        async with self._ctx.executor.slot(implementation):
+            result, failure = await self._run_in_slot(e, implementation, view, artifacts)
+        timeout_ms = e.config.timeout_ms
+        if failure is not None:
+            e.end(OperationStatus.ERROR, error=failure)
+        elif result is None or (timeout_ms and (e.duration_ms or 0.0) >= timeout_ms):
+            e.end(
+                OperationStatus.ERROR,
+                error=error_of("timeout", f"operation exceeded timeoutMs={timeout_ms}"),
+            )
+        else:
+            self._accept(e, result)
+
+    async def _run_in_slot(
+        self,
+        e: OpExec,
+        implementation: Operation[Any],
+        view: HookView,
+        artifacts: Mapping[str, Artifact],
+    ) -> tuple[OperationResult | None, OperationError | None]:
+        """The result of one execution, or the error it ended with."""
+        ctx = self._ctx
         config = e.config
         e.status = OperationStatus.RUNNING
         e.started_at = ctx.clock.now()
@@ -139,8 +166,9 @@ class Scheduler:
         self._emitter.operation_started(
             e.started_at, e.hook, e.definition.operation_id, e.definition.name
         )
-        timeout = config.timeout_ms / 1000 if config.timeout_ms else None
-        deadline = None if timeout is None else anyio.current_time() + timeout
+        deadline = None
+        if config.timeout_ms:
+            deadline = anyio.current_time() + config.timeout_ms / 1000
         op_ctx: OperationContext[object] = OperationContext(
             run=ctx.meta,
             hook=e.hook,
@@ -156,39 +184,28 @@ class Scheduler:
             write_tag=e.write_tag,
             redactor=ctx.redactor,
         )
-        result: OperationResult | None = None
-        failure: OperationError | None = None
         try:
             if deadline is None:
-                result = _checked(await ctx.executor.execute(implementation, op_ctx))
-            else:
-                with anyio.CancelScope(deadline=deadline):
-                    result = _checked(await ctx.executor.execute(implementation, op_ctx))
+                return _checked(await ctx.executor.execute(implementation, op_ctx)), None
+            with anyio.CancelScope(deadline=deadline):
+                return _checked(await ctx.executor.execute(implementation, op_ctx)), None
+            return None, None  # the timeout cut it off
         except OperationFailed as exc:
-            failure = error_of(exc.code, exc.message, exc.details)
+            return None, error_of(exc.code, exc.message, exc.details)
         except anyio.get_cancelled_exc_class():
             # Only a cancel scope around the operation may cancel it (the run's abort or
             # deadline, the caller): then this checkpoint raises again. A cancellation the
             # operation's own code raised (a cancelled future it awaited) is its error.
             await anyio.lowlevel.checkpoint_if_cancelled()
-            failure = error_of(
+            return None, error_of(
                 "operation_cancelled", "the operation's own code raised a cancellation"
             )
         except Exception as exc:  # an operation must never crash the run
-            failure = error_of("operation_exception", f"{type(exc).__name__}: {exc}")
+            return None, error_of("operation_exception", f"{type(exc).__name__}: {exc}")
         finally:
             # Also reached when an abort cancels the hook: the run marks it aborted.
             e.finished_at = ctx.clock.now()
             e.duration_ms = (perf_counter() - started) * 1000
-        if failure is not None:
-            e.end(OperationStatus.ERROR, error=failure)
-        elif result is None or (timeout is not None and e.duration_ms >= timeout * 1000):
-            e.end(
-                OperationStatus.ERROR,
-                error=error_of("timeout", f"operation exceeded timeoutMs={config.timeout_ms}"),
-            )
-        else:
-            self._accept(e, result)
 
     def _accept(self, e: OpExec, result: OperationResult) -> None:
         summarize = self._ctx.summarize
