@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 
 import anyio
+import anyio.abc
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -155,37 +155,22 @@ async def test_a_stray_cancellation_inside_an_operation_is_its_error() -> None:
     assert [e.tag for e in result.run.applied_effects] == ["note"]
 
 
-def _queued_behind_a_slow_sibling(sync: bool) -> OperationCatalog:
-    catalog = OperationCatalog()
-    if sync:
+class Quick(SyncOperation):
+    definition = OperationDefinition(operation_id="quick", name="Quick", kind="compute")
 
-        class Slow(SyncOperation):
-            definition = OperationDefinition(operation_id="slow", name="Slow", kind="compute")
-
-            def run_sync(self, ctx: OperationContext) -> OperationResult:
-                time.sleep(0.4)
-                return OperationResult.done()
-
-        class Quick(SyncOperation):
-            definition = OperationDefinition(operation_id="quick", name="Quick", kind="compute")
-
-            def run_sync(self, ctx: OperationContext) -> OperationResult:
-                return OperationResult.done()
-
-        catalog.add(Slow())
-        catalog.add(Quick())
-        return catalog
-
-    @catalog.function("slow", name="Slow")
-    async def slow(ctx: OperationContext) -> OperationResult:
-        await anyio.sleep(0.4)
+    def run_sync(self, ctx: OperationContext) -> OperationResult:
         return OperationResult.done()
 
-    @catalog.function("quick", name="Quick")
-    async def quick(ctx: OperationContext) -> OperationResult:
-        return OperationResult.done()
 
-    return catalog
+class StartTimes:
+    """An event sink noting when each ``operation.started`` arrives."""
+
+    def __init__(self) -> None:
+        self.started: dict[str, float] = {}
+
+    async def emit(self, event: RunEvent) -> None:
+        if event.type == "operation.started":
+            self.started[event.operation_id] = anyio.current_time()
 
 
 @pytest.mark.parametrize(
@@ -197,13 +182,32 @@ def _queued_behind_a_slow_sibling(sync: bool) -> OperationCatalog:
 async def test_time_queued_for_an_executor_slot_does_not_count_against_the_timeout(
     sync: bool, executor: Callable[[], Executor]
 ) -> None:
+    catalog = OperationCatalog()
+    if sync:
+        operation = catalog.add(Quick())
+    else:
+
+        @catalog.function("quick", name="Quick")
+        async def quick(ctx: OperationContext) -> OperationResult:
+            return OperationResult.done()
+
+        operation = catalog.implementation("quick")
     stores = InMemoryStores()
-    await use_profile(stores, op("slow", B, order=1), op("quick", B, order=2, timeout_ms=200))
-    runner = make_runner(
-        stores=stores, catalog=_queued_behind_a_slow_sibling(sync), executor=executor()
-    )
-    result = await runner.run(generate())
+    await use_profile(stores, op("quick", B, timeout_ms=200))
+    sink = StartTimes()
+    runs_on = executor()
+    runner = make_runner(stores=stores, catalog=catalog, executor=runs_on, events=sink)
+    released = 0.0
+
+    async def hold_the_only_slot(task_status: anyio.abc.TaskStatus[None]) -> None:
+        nonlocal released
+        async with runs_on.slot(operation):
+            task_status.started()
+            await anyio.sleep(0.4)
+            released = anyio.current_time()
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(hold_the_only_slot)
+        result = await runner.run(generate())
     assert result.operation("quick").status == OperationStatus.DONE
-    events = await stores.runs.events(result.run.run_id)
-    seq = {(e.type, getattr(e, "operation_id", None)): e.seq for e in events}
-    assert seq[("operation.started", "quick")] > seq[("operation.finished", "slow")]
+    assert sink.started["quick"] >= released > 0
