@@ -7,7 +7,7 @@ Every test module can import it (``from _support import ...``): pytest puts ``te
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from opsrun.model import (
     Hook,
@@ -57,6 +57,7 @@ def make_runner(
     redactor: Redactor | None = None,
     window: HistoryWindow | None = None,
     snapshot: SnapshotPolicy | None = None,
+    concurrent_turns: Literal["wait", "refuse"] = "wait",
 ) -> Runner:
     """The Runner every test builds: each argument overrides one default.
 
@@ -81,6 +82,7 @@ def make_runner(
         redactor=redactor,
         window=window,
         snapshot=snapshot,
+        concurrent_turns=concurrent_turns,
     )
 
 

@@ -8,6 +8,7 @@ reference for their semantics; conformance is checked statically in the tests.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol, TypeAlias
@@ -161,6 +162,20 @@ class RunStore(Protocol):
 
     async def save_run(self, run: Run, operation_runs: Sequence[OperationRun]) -> None:
         """Replace the run's record and its operation runs."""
+        ...
+
+    def hold_branch(
+        self, chat_id: str, branch_id: str, *, wait: bool = True
+    ) -> AbstractAsyncContextManager[object]:
+        """Hold a chat branch for one run, so a branch has one active run at a time.
+
+        Entering waits while another holder has the branch (first come, first served);
+        with ``wait=False`` it raises at once instead. A store shared by several
+        processes holds the branch across all of them.
+
+        Raises:
+            StoreError: ``wait=False`` and the branch is held (code ``branch_busy``).
+        """
         ...
 
     async def append_events(self, run_id: str, events: Sequence[RunEvent]) -> None:

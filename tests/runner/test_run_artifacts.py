@@ -7,7 +7,7 @@ from typing import Any
 import anyio
 import pytest
 
-from _support import A, B, generate, op, use_profile
+from _support import A, B, generate, make_runner, op, use_profile
 from opsrun.model import (
     Artifact,
     ArtifactUsage,
@@ -27,7 +27,7 @@ from opsrun.model import (
 )
 from opsrun.operations import OperationCatalog, OperationContext
 from opsrun.runner import Runner
-from opsrun.stores import InMemoryStores
+from opsrun.stores import InMemoryRunStore, InMemoryStores
 from opsrun.testing import FakeClock
 
 KEY = OperationProfileSessionKey(
@@ -276,14 +276,23 @@ async def test_concurrent_runs_conflict_on_the_same_version(
     assert first.status == RunStatus.DONE
 
     results: list[RunResult] = []
+    # One branch has one active run per run store; two processes whose run stores do
+    # not share branch holds still meet at the session store's compare-and-set.
+    elsewhere = make_runner(
+        catalog=opsrun_catalog,
+        stores=opsrun_stores,
+        runs=InMemoryRunStore(),
+        clock=runner.clock,
+        ids=runner.ids,
+    )
 
-    async def go(text: str) -> None:
-        results.append(await runner.run(generate(text)))
+    async def go(text: str, on: Runner) -> None:
+        results.append(await on.run(generate(text)))
 
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:
-            tg.start_soon(go, "left")
-            tg.start_soon(go, "right")
+            tg.start_soon(go, "left", runner)
+            tg.start_soon(go, "right", elsewhere)
     assert readers == [1, 1]
     outcomes = {r.run.run_id: r.operation("ws") for r in results}
     winners = [rid for rid, o in outcomes.items() if o.status == OperationStatus.DONE]

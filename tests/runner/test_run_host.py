@@ -12,12 +12,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from _support import B, generate, make_runner, op, use_profile
+from opsrun.errors import ConfigError, StoreError
 from opsrun.model import (
     ChatRole,
     OperationDefinition,
     OperationResult,
     OperationStatus,
     RunEvent,
+    RunResult,
     RunStatus,
 )
 from opsrun.operations import OperationCatalog, OperationContext, SyncOperation
@@ -211,3 +213,72 @@ async def test_time_queued_for_an_executor_slot_does_not_count_against_the_timeo
         result = await runner.run(generate())
     assert result.operation("quick").status == OperationStatus.DONE
     assert sink.started["quick"] >= released > 0
+
+
+@pytest.mark.anyio
+async def test_turns_on_one_branch_run_one_after_another() -> None:
+    stores = InMemoryStores()
+    await use_profile(stores)
+    main_llm = ScriptedMainLlm(default="an answer", delay=0.001, chunk_size=2)
+    runner = make_runner(stores=stores, main_llm=main_llm)
+    results: list[RunResult] = []
+
+    async def turn(text: str) -> None:
+        results.append(await runner.run(generate(text)))
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            for text in ("one", "two", "three"):
+                tg.start_soon(turn, text)
+    assert {r.status for r in results} == {RunStatus.DONE}
+    history = await stores.chats.history("c", "main")
+    assert [m.role for m in history] == [ChatRole.USER, ChatRole.ASSISTANT] * 3
+    # each turn's prompt held every earlier turn, answered
+    sent = [len(request.messages) for request in main_llm.requests]
+    assert sent == [1, 3, 5]
+
+
+@pytest.mark.anyio
+async def test_a_runner_may_refuse_a_turn_while_its_branch_is_busy() -> None:
+    inside, release = anyio.Event(), anyio.Event()
+    catalog = OperationCatalog()
+
+    @catalog.function("hold", name="Hold")
+    async def hold(ctx: OperationContext) -> OperationResult:
+        if ctx.run.branch_id == "main":
+            inside.set()
+            await release.wait()
+        return OperationResult.done()
+
+    stores = InMemoryStores()
+    await use_profile(stores, op("hold", B))
+    refusing = make_runner(stores=stores, catalog=catalog, concurrent_turns="refuse")
+    with anyio.fail_after(10):
+        await _refused_while_busy(stores, catalog, refusing, inside, release)
+    after = await refusing.run(generate("third"))
+    assert after.status == RunStatus.DONE
+
+
+async def _refused_while_busy(
+    stores: InMemoryStores,
+    catalog: OperationCatalog,
+    refusing: Runner,
+    inside: anyio.Event,
+    release: anyio.Event,
+) -> None:
+    async with anyio.create_task_group() as tg:
+        waiting = make_runner(stores=stores, catalog=catalog, ids=refusing.ids)
+        tg.start_soon(waiting.run, generate("first"))
+        await inside.wait()
+        with pytest.raises(StoreError) as refused:
+            await refusing.run(generate("second"))
+        assert refused.value.code == "branch_busy"
+        other_branch = await refusing.run(generate("elsewhere", branch_id="b2"))
+        assert other_branch.status == RunStatus.DONE
+        release.set()
+
+
+def test_concurrent_turns_must_be_wait_or_refuse() -> None:
+    with pytest.raises(ConfigError) as error:
+        make_runner(concurrent_turns="maybe")  # type: ignore[arg-type]  # a wrong value on purpose
+    assert error.value.details["field"] == "concurrent_turns"

@@ -137,9 +137,10 @@ async def test_concurrent_duplicates_start_one_run(
         async with anyio.create_task_group() as tg:
             tg.start_soon(go)
             await started.wait()
-            tg.start_soon(go)
-            await both_claimed.wait()
+            tg.start_soon(go)  # waits for the branch, then finds the turn's run finished
+            await anyio.wait_all_tasks_blocked()
             release.set()
+            await both_claimed.wait()
     assert claims[0] == claims[1]
     assert len(results) == 2
     assert sorted(r.deduplicated for r in results) == [False, True]

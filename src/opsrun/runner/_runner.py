@@ -5,10 +5,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import anyio
 
+from .._config import require
 from .._redact import DEFAULT_REDACTOR, Redactor
 from ..errors import ConfigError, NotFound, ProfileInvalid, RunError, bound_details
 from ..model import (
@@ -87,9 +88,13 @@ class Runner:
             events. Operations receive it as ``ctx.redactor``.
         window: The history window of the effective prompt (default: all history).
         snapshot: Limits and augmentation storage of the recorded prompt.
+        concurrent_turns: What a run does while another run holds its chat branch:
+            ``"wait"`` its turn (the default) or ``"refuse"`` (``StoreError`` with code
+            ``branch_busy``).
 
     Raises:
-        ConfigError: a store is missing (neither in ``stores`` nor given on its own).
+        ConfigError: a store is missing (neither in ``stores`` nor given on its own), or
+            ``concurrent_turns`` is neither ``"wait"`` nor ``"refuse"``.
     """
 
     def __init__(
@@ -111,6 +116,7 @@ class Runner:
         redactor: Redactor | None = None,
         window: HistoryWindow | None = None,
         snapshot: SnapshotPolicy | None = None,
+        concurrent_turns: Literal["wait", "refuse"] = "wait",
     ) -> None:
         self.catalog = catalog
         self.profiles = _store("profiles", profiles, stores, lambda s: s.profiles)
@@ -127,6 +133,10 @@ class Runner:
         self.summarize = summarize or self._summarize
         self.window = window
         self.snapshot = snapshot or SnapshotPolicy()
+        require(
+            self, "concurrent_turns", concurrent_turns in ("wait", "refuse"), '"wait" or "refuse"'
+        )
+        self.concurrent_turns = concurrent_turns
         self._active: dict[str, AbortSignal] = {}
         self._finished: dict[str, anyio.Event] = {}
         # Profiles are immutable: validation results are cached per profile object.
@@ -191,12 +201,28 @@ class Runner:
         returns the earlier run with ``deduplicated=True`` instead of starting another;
         while this runner is still executing that run, the call waits until it finishes.
 
+        One run at a time per chat branch: while another run holds the branch (in this
+        process or, with a shared store, in another), this one waits its turn, or is
+        refused when the runner was built with ``concurrent_turns="refuse"``.
+
         Raises:
             RunError: the profile or the turn to regenerate does not exist
                 (codes ``profile_not_found``, ``turn_not_found``).
             ProfileInvalid: the stored profile fails validation against the catalog.
+            StoreError: ``concurrent_turns="refuse"`` and another run holds the branch
+                (code ``branch_busy``).
         """
         profile = await self._load_profile(request)
+        wait = self.concurrent_turns == "wait"
+        async with self.runs.hold_branch(request.chat_id, request.branch_id, wait=wait):
+            return await self._run_on_branch(request, profile, abort)
+
+    async def _run_on_branch(
+        self,
+        request: RunRequest,
+        profile: OperationProfile | None,
+        abort: AbortSignal | None,
+    ) -> RunResult:
         user_message_id = request.user_message_id or self.ids.new_id("msg")
         history = await self._turn_history(request, user_message_id)
         run = Run(

@@ -1,7 +1,9 @@
 """In-memory implementations of every store port: the default for tests and demos.
 
 Each method completes without yielding to the event loop and takes a lock, so
-concurrent runs (tasks or threads) see atomic reads and compare-and-set writes.
+concurrent runs (tasks or threads) see atomic reads and compare-and-set writes. Chat
+branches are held with one ``anyio.Lock`` each, so the one-run-per-branch rule holds
+among the runs of one event loop.
 Records are immutable pydantic models, so nothing handed out can be mutated
 behind the store's back.
 """
@@ -9,11 +11,14 @@ behind the store's back.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import NamedTuple
 
-from ..errors import ArtifactConflict, NotFound
+import anyio
+
+from ..errors import ArtifactConflict, NotFound, StoreError
 from ..model import (
     Artifact,
     ArtifactVersion,
@@ -159,6 +164,8 @@ class InMemoryRunStore:
         self._events: dict[str, list[RunEvent]] = {}
         self._by_key: dict[str, str] = {}
         self._lock = threading.Lock()
+        self._branches: dict[tuple[str, str], tuple[anyio.Lock, int]] = {}
+        """Per chat branch: its lock and how many runs hold or wait for it."""
 
     async def claim(self, run: Run) -> Run:
         """Insert ``run`` unless its dedupe key is held; return the stored run.
@@ -181,6 +188,36 @@ class InMemoryRunStore:
         with self._lock:
             self._runs[run.run_id] = run
             self._operation_runs[run.run_id] = list(operation_runs)
+
+    @asynccontextmanager
+    async def hold_branch(
+        self, chat_id: str, branch_id: str, *, wait: bool = True
+    ) -> AsyncIterator[None]:
+        """Hold the branch for one run (one event loop; see :class:`~opsrun.ports.RunStore`).
+
+        Raises:
+            StoreError: ``wait=False`` and the branch is held (code ``branch_busy``).
+        """
+        key = (chat_id, branch_id)
+        lock, holders = self._branches.get(key, (None, 0))
+        if lock is None:
+            lock = anyio.Lock()
+        if not wait and lock.locked():
+            raise StoreError(
+                f"chat {chat_id!r} branch {branch_id!r} already has an active run",
+                code="branch_busy",
+                details={"chat_id": chat_id, "branch_id": branch_id},
+            )
+        self._branches[key] = (lock, holders + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, holders = self._branches[key]
+            if holders == 1:
+                del self._branches[key]
+            else:
+                self._branches[key] = (lock, holders - 1)
 
     async def append_events(self, run_id: str, events: Sequence[RunEvent]) -> None:
         """Append events to the run's log."""
