@@ -12,18 +12,22 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from _support import B, generate, make_runner, op, use_profile
-from opsrun.errors import ConfigError, StoreError
+from opsrun.errors import ConfigError, ProviderError, StoreError
 from opsrun.model import (
+    ChatMessage,
     ChatRole,
+    MessageVariant,
     OperationDefinition,
     OperationResult,
     OperationStatus,
     RunEvent,
+    RunRequest,
     RunResult,
     RunStatus,
 )
 from opsrun.operations import OperationCatalog, OperationContext, SyncOperation
 from opsrun.runner import Executor, InProcessExecutor, Runner, ThreadExecutor
+from opsrun.runner._runner import _answered
 from opsrun.stores import InMemoryStores
 from opsrun.testing import ScriptedMainLlm
 
@@ -282,3 +286,52 @@ def test_concurrent_turns_must_be_wait_or_refuse() -> None:
     with pytest.raises(ConfigError) as error:
         make_runner(concurrent_turns="maybe")  # type: ignore[arg-type]  # a wrong value on purpose
     assert error.value.details["field"] == "concurrent_turns"
+
+
+@pytest.mark.anyio
+async def test_a_failed_turn_stays_in_the_chat_but_not_in_later_prompts() -> None:
+    stores = InMemoryStores()
+    await use_profile(stores)
+    main_llm = ScriptedMainLlm([ProviderError("down"), "second answer"])
+    runner = make_runner(stores=stores, main_llm=main_llm)
+    failed = await runner.run(generate("first", user_message_id="u1"))
+    assert failed.status == RunStatus.FAILED
+    second = await runner.run(generate("second", user_message_id="u2"))
+    assert second.status == RunStatus.DONE
+    assert [m.content for m in main_llm.requests[1].messages] == ["second"]
+    history = await stores.chats.history("c", "main")
+    assert [m.message_id for m in history if m.role == ChatRole.USER] == ["u1", "u2"]
+
+
+@pytest.mark.anyio
+async def test_regenerating_a_failed_turn_answers_it() -> None:
+    stores = InMemoryStores()
+    await use_profile(stores)
+    main_llm = ScriptedMainLlm([ProviderError("down"), "first answer", "second answer"])
+    runner = make_runner(stores=stores, main_llm=main_llm)
+    await runner.run(generate("first", user_message_id="u1"))
+    retried = await runner.run(
+        RunRequest(trigger="regenerate", chat_id="c", profile_id="p", user_message_id="u1")
+    )
+    assert retried.status == RunStatus.DONE
+    await runner.run(generate("second", user_message_id="u2"))
+    sent = [m.content for m in main_llm.requests[2].messages]
+    assert sent == ["first", "first answer", "second"]
+
+
+def test_a_history_the_host_wrote_without_turn_ids_keeps_its_answered_turns() -> None:
+    def message(i: int, role: ChatRole) -> ChatMessage:
+        variant = MessageVariant(variant_id=f"v{i}", content=f"m{i}", source="host")
+        return ChatMessage(
+            message_id=f"m{i}",
+            chat_id="c",
+            branch_id="main",
+            role=role,
+            variants=(variant,),
+            selected_variant_id=f"v{i}",
+        )
+
+    user, assistant = ChatRole.USER, ChatRole.ASSISTANT
+    history = [message(1, user), message(2, assistant), message(3, user), message(4, user)]
+    kept = _answered(history, "m4")
+    assert [m.message_id for m in kept] == ["m1", "m2", "m4"]

@@ -352,17 +352,41 @@ class Runner:
         return profile
 
     async def _turn_history(self, request: RunRequest, user_message_id: str) -> list[ChatMessage]:
-        """History up to and including the turn's user message (creating it for generate)."""
+        """The turn's history: up to and including its user message, answered turns only.
+
+        A user message without an assistant reply (its run failed or was aborted) stays
+        in the chat but is left out of later turns' history; regenerating that turn
+        answers it.
+        """
         history = await self.chats.history(request.chat_id, request.branch_id)
         for index, message in enumerate(history):
             if message.message_id == user_message_id and message.role == ChatRole.USER:
-                return history[: index + 1]
+                return [*_answered(history[:index], user_message_id), message]
         if request.trigger == Trigger.REGENERATE:
             raise RunError(
                 f"no user message {user_message_id!r} in chat {request.chat_id!r}",
                 code="turn_not_found",
             )
-        return history  # the new user message is appended once the run is claimed
+        # the new user message is appended once the run is claimed
+        return _answered(history, user_message_id)
+
+
+def _answered(history: list[ChatMessage], current: str) -> list[ChatMessage]:
+    """``history`` without the user messages left unanswered.
+
+    A user message is answered when an assistant message names it as its turn, or when
+    an assistant message follows it directly (a history the host wrote itself).
+    """
+    replied = {m.turn_id for m in history if m.role == ChatRole.ASSISTANT}
+    kept = []
+    for index, message in enumerate(history):
+        if message.role == ChatRole.USER and message.message_id not in replied:
+            after = history[index + 1] if index + 1 < len(history) else None
+            followed = after is not None and after.role == ChatRole.ASSISTANT
+            if not followed and message.message_id != current:
+                continue
+        kept.append(message)
+    return kept
 
 
 def _store(name: str, given: S | None, stores: Stores | None, pick: Callable[[Stores], S]) -> S:
