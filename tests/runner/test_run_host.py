@@ -11,11 +11,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from _support import B, generate, make_runner, op, use_profile
+from _support import A, B, generate, make_runner, op, use_profile
 from opsrun.errors import ConfigError, ProviderError, StoreError
 from opsrun.model import (
     ChatMessage,
     ChatRole,
+    FinishReason,
     MessageVariant,
     OperationDefinition,
     OperationResult,
@@ -26,6 +27,7 @@ from opsrun.model import (
     RunStatus,
 )
 from opsrun.operations import OperationCatalog, OperationContext, SyncOperation
+from opsrun.ports import MainLlmDone
 from opsrun.runner import Executor, InProcessExecutor, Runner, ThreadExecutor
 from opsrun.runner._runner import _answered
 from opsrun.stores import InMemoryStores
@@ -335,3 +337,35 @@ def test_a_history_the_host_wrote_without_turn_ids_keeps_its_answered_turns() ->
     history = [message(1, user), message(2, assistant), message(3, user), message(4, user)]
     kept = _answered(history, "m4")
     assert [m.message_id for m in kept] == ["m1", "m2", "m4"]
+
+
+@pytest.mark.anyio
+async def test_after_the_reply_operations_know_its_message_and_variant() -> None:
+    seen: list[tuple[str | None, str | None]] = []
+    catalog = OperationCatalog()
+
+    @catalog.function("after", name="After")
+    async def after(ctx: OperationContext) -> OperationResult:
+        seen.append((ctx.run.assistant_message_id, ctx.run.assistant_variant_id))
+        return OperationResult.done()
+
+    stores = InMemoryStores()
+    await use_profile(stores, op("after", A))
+    result = await make_runner(stores=stores, catalog=catalog).run(generate())
+    main = result.run.main_llm
+    assert seen == [(main.assistant_message_id, main.assistant_variant_id)]
+    assert None not in seen[0]
+
+
+@pytest.mark.anyio
+async def test_a_reply_stopped_by_the_content_filter_is_recorded_as_such() -> None:
+    stores = InMemoryStores()
+    await use_profile(stores)
+    stopped = MainLlmDone(text="I can't", finish_reason="content_filter")
+    result = await make_runner(stores=stores, main_llm=ScriptedMainLlm([stopped])).run(generate())
+    main = result.run.main_llm
+    assert (main.finish_reason, main.provider_finish_reason) == (
+        FinishReason.POLICY_ERROR,
+        "content_filter",
+    )
+    assert main.text == "I can't"

@@ -166,6 +166,9 @@ def _outcome(
         return MainLlmStatus.ERROR, FinishReason.UNKNOWN, error
     if stream.error is not None:
         return MainLlmStatus.ERROR, stream.reason, stream.error
+    if stream.done is not None and stream.done.finish_reason == "content_filter":
+        # The provider's filter stopped the reply: kept as the answer, recorded as such.
+        return MainLlmStatus.DONE, FinishReason.POLICY_ERROR, None
     return MainLlmStatus.DONE, stream.reason, None
 
 

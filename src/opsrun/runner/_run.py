@@ -8,6 +8,8 @@ chat messages). The :class:`Scheduler` executes hooks; the main LLM call is one 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import anyio
 
 from ..model import (
@@ -31,7 +33,7 @@ from ..model import (
     SkippedReason,
     Trigger,
 )
-from ..operations import OperationCatalog
+from ..operations import OperationCatalog, RunMeta
 from ..ports import RunStore
 from ._context import Cancellation, RunContext
 from ._events import EventEmitter
@@ -184,12 +186,21 @@ class RunDriver:
                 base=self._staging.committed(),
                 prompt=self._draft if before else None,
                 main_llm=None if before else self._main_llm,
+                run=None if before else self._meta_after_reply(),
             )
             await self._scheduler.run_hook(hook, view)
         if self._cancellation.aborted:
             await self._finish_aborted()
             return False
         return True
+
+    def _meta_after_reply(self) -> RunMeta:
+        """The run's identity with the assistant message and variant the reply made."""
+        return replace(
+            self._ctx.meta,
+            assistant_message_id=self._main_llm.assistant_message_id,
+            assistant_variant_id=self._main_llm.assistant_variant_id,
+        )
 
     async def _commit(self, hook: Hook) -> None:
         done = [e for e in self._ledger.of_hook(hook) if e.status == OperationStatus.DONE]

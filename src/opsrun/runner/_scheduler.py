@@ -29,7 +29,7 @@ from ..model import (
     SkippedReason,
 )
 from ..model._effects import ASSISTANT_SIDE_EFFECTS
-from ..operations import Operation, OperationContext
+from ..operations import Operation, OperationContext, RunMeta
 from ._artifacts import next_artifact
 from ._context import Cancellation, RunContext
 from ._events import EventEmitter
@@ -50,6 +50,8 @@ class HookView:
     """The draft prompt (before_main_llm only)."""
     main_llm: MainLlmCall | None = None
     """The main LLM result (after_main_llm only)."""
+    run: RunMeta | None = None
+    """The run's identity as operations see it (default: the context's)."""
 
 
 class Scheduler:
@@ -170,7 +172,7 @@ class Scheduler:
         if config.timeout_ms:
             deadline = anyio.current_time() + config.timeout_ms / 1000
         op_ctx: OperationContext[object] = OperationContext(
-            run=ctx.meta,
+            run=view.run or ctx.meta,
             hook=e.hook,
             definition=e.definition,
             config=config,
