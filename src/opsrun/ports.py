@@ -311,8 +311,8 @@ class MainLlmRequest:
     """The turn."""
     trigger: Trigger
     """generate or regenerate."""
-    meta: Mapping[str, str] = field(default_factory=dict)
-    """Host-defined extras."""
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    """The host data of the turn (``RunRequest.host``)."""
     params: Mapping[str, Any] = field(default_factory=dict)
     """Generation settings from ``RunRequest.main_llm_params`` (provider, model, …)."""
 

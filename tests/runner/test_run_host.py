@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from _support import A, B, generate, make_runner, op, use_profile
 from opsrun.errors import ConfigError, ProviderError, StoreError
+from opsrun.kinds import builtin_kinds
 from opsrun.model import (
     ChatMessage,
     ChatRole,
@@ -369,3 +370,32 @@ async def test_a_reply_stopped_by_the_content_filter_is_recorded_as_such() -> No
         "content_filter",
     )
     assert main.text == "I can't"
+
+
+@pytest.mark.anyio
+async def test_host_data_reaches_operations_templates_and_the_main_llm() -> None:
+    seen: list[object] = []
+    catalog = OperationCatalog(kinds=builtin_kinds())
+    catalog.add_definition(OperationDefinition(operation_id="card", name="Card", kind="template"))
+
+    @catalog.function("reader", name="Reader")
+    async def reader(ctx: OperationContext) -> OperationResult:
+        seen.append(ctx.host["persona"])
+        return OperationResult.done()
+
+    template = {
+        "template": "Play {{ host.persona.name }}.",
+        "promptEffect": {"type": "prompt.system_update", "mode": "append"},
+    }
+    stores = InMemoryStores()
+    await use_profile(stores, op("card", B, params=template), op("reader", B, order=2))
+    main_llm = ScriptedMainLlm()
+    host = {"persona": {"name": "Ada"}, "entity": 7}
+    result = await make_runner(stores=stores, catalog=catalog, main_llm=main_llm).run(
+        generate(host=host, system_prompt="You are helpful.")
+    )
+    assert result.status == RunStatus.DONE
+    assert seen == [{"name": "Ada"}]
+    request = main_llm.requests[0]
+    assert dict(request.meta) == host
+    assert request.messages[0].content.endswith("Play Ada.")

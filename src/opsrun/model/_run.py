@@ -63,6 +63,10 @@ class RunRequest(Model):
     main_llm_params: JsonObject = Field(default_factory=dict)
     """Generation settings the host chose (provider, model, temperature…): passed to the
     main LLM as ``MainLlmRequest.params`` and recorded, redacted, in the run."""
+    host: JsonObject = Field(default_factory=dict)
+    """Host data for this turn (a character card, a persona, an entity id, any JSON):
+    operations read it as ``ctx.host``, templates as ``host``, and the main LLM receives
+    it as ``MainLlmRequest.meta``. It is not recorded in the run."""
 
     @field_validator("trigger", mode="after")
     @classmethod

@@ -155,6 +155,8 @@ class OperationContext(Generic[P]):
     """The artifact tag this operation declared (the only one it may write)."""
     redactor: Redactor = DEFAULT_REDACTOR
     """The run's redactor: mask secrets with it in anything the operation returns."""
+    host: Mapping[str, JsonValue] = field(default_factory=dict)
+    """The host data of the turn (``RunRequest.host``); read-only."""
 
     @property
     def operation_id(self) -> str:
@@ -182,7 +184,8 @@ class OperationContext(Generic[P]):
         return default if artifact is None else artifact.value
 
     def template_context(self) -> dict[str, Any]:
-        """The Liquid render context: ``art``, ``chatHistory`` and ``run``."""
+        """The Liquid render context: ``art``, ``chatHistory``, ``run``, ``host`` and
+        ``mainLlm``."""
         return {
             "art": {tag: a.view() for tag, a in self.artifacts.items()},
             "chatHistory": [
@@ -190,6 +193,7 @@ class OperationContext(Generic[P]):
                 for m in self.history
             ],
             "run": {**self.run.as_dict(), "hook": self.hook.value},
+            "host": self.host,
             "mainLlm": None
             if self.main_llm is None
             else {"text": self.main_llm.text, "status": self.main_llm.status},

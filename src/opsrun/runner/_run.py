@@ -9,6 +9,7 @@ chat messages). The :class:`Scheduler` executes hooks; the main LLM call is one 
 from __future__ import annotations
 
 from dataclasses import replace
+from types import MappingProxyType
 
 import anyio
 
@@ -187,6 +188,7 @@ class RunDriver:
                 prompt=self._draft if before else None,
                 main_llm=None if before else self._main_llm,
                 run=None if before else self._meta_after_reply(),
+                host=MappingProxyType(self._ctx.request.host),
             )
             await self._scheduler.run_hook(hook, view)
         if self._cancellation.aborted:

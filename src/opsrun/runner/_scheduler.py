@@ -8,7 +8,7 @@ dependencies, so an operation whose dependencies finished early starts at once
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from time import perf_counter
 from types import MappingProxyType
 from typing import Any
@@ -52,6 +52,8 @@ class HookView:
     """The main LLM result (after_main_llm only)."""
     run: RunMeta | None = None
     """The run's identity as operations see it (default: the context's)."""
+    host: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    """The turn's host data, read-only."""
 
 
 class Scheduler:
@@ -185,6 +187,7 @@ class Scheduler:
             abort=ctx.abort,
             write_tag=e.write_tag,
             redactor=ctx.redactor,
+            host=view.host,
         )
         try:
             if deadline is None:
