@@ -33,7 +33,6 @@ from opsrun import (
     Runner,
     RunRequest,
 )
-from opsrun.model import RunEvent
 from opsrun.report import sse_stream
 from opsrun.testing import OfflineMainLlm
 
@@ -41,18 +40,7 @@ IDLE_TIMEOUT_S = 60.0
 """The server stops after this long without a request."""
 
 
-class StreamSink:
-    """An event sink that forwards run events into a memory object stream."""
-
-    def __init__(self, send: MemoryObjectSendStream[RunEvent]) -> None:
-        self.send = send
-
-    async def emit(self, event: RunEvent) -> None:
-        """Forward one event."""
-        await self.send.send(event)
-
-
-def demo_runner(sink: StreamSink) -> Runner:
+def demo_runner() -> Runner:
     """A runner with one before-LLM operation and an offline main LLM that streams."""
     catalog = OperationCatalog()
 
@@ -76,26 +64,25 @@ def demo_runner(sink: StreamSink) -> Runner:
         catalog=catalog,
         stores=InMemoryStores([profile]),
         main_llm=OfflineMainLlm(chunk_size=8, delay=0.02),
-        events=sink,
     )
 
 
 async def stream_demo_run(write: MemoryObjectSendStream[str], *, keepalive_s: float) -> None:
-    """Run one demo turn and send its SSE text, chunk by chunk, into ``write``."""
-    send, receive = anyio.create_memory_object_stream[RunEvent](math.inf)
-    runner = demo_runner(StreamSink(send))
+    """Run one demo turn and send its SSE text, chunk by chunk, into ``write``.
 
-    async def run() -> None:
-        async with send:  # closing ends the event stream after run.finished
-            await runner.run(
-                RunRequest(trigger="generate", chat_id="c1", profile_id="chat", user_message="Hi!")
-            )
-
-    async with write, anyio.create_task_group() as tg:
-        tg.start_soon(run)
-        async with aclosing(sse_stream(receive, keepalive_s=keepalive_s)) as chunks:
-            async for chunk in chunks:
-                await write.send(chunk)
+    ``runner.stream`` yields this run's events; if the client leaves, the task group
+    is cancelled, the run is recorded ``aborted`` (reason ``cancelled``) and its turn can
+    be retried.
+    """
+    runner = demo_runner()
+    request = RunRequest(trigger="generate", chat_id="c1", profile_id="chat", user_message="Hi!")
+    async with (
+        write,
+        runner.stream(request) as events,
+        aclosing(sse_stream(events, keepalive_s=keepalive_s)) as chunks,
+    ):
+        async for chunk in chunks:
+            await write.send(chunk)
 
 
 class SseHandler(BaseHTTPRequestHandler):

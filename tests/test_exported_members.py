@@ -74,8 +74,8 @@ EXPECTED: dict[str, str] = {
         session_view sse_comment sse_event sse_stream ui_projection
     """,
     "opsrun.runner": """
-        DEFAULT_CONCURRENCY Executor InProcessExecutor Runner SystemClock ThreadExecutor
-        UuidIds
+        DEFAULT_CONCURRENCY Executor InProcessExecutor RunEvents Runner SystemClock
+        ThreadExecutor UuidIds
     """,
     "opsrun.stores": """
         ArchivedVersion InMemoryArchive InMemoryChatStore InMemoryProfileStore

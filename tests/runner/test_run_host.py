@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from _support import A, B, generate, make_runner, op, use_profile
-from opsrun.errors import ConfigError, ProviderError, StoreError
+from opsrun.errors import ConfigError, ProviderError, RunError, StoreError
 from opsrun.kinds import builtin_kinds
 from opsrun.model import (
     ChatMessage,
@@ -399,3 +399,47 @@ async def test_host_data_reaches_operations_templates_and_the_main_llm() -> None
     request = main_llm.requests[0]
     assert dict(request.meta) == host
     assert request.messages[0].content.endswith("Play Ada.")
+
+
+@pytest.mark.anyio
+async def test_a_run_streams_its_own_events_then_its_result() -> None:
+    stores = InMemoryStores()
+    await use_profile(stores, op("op0", B))
+    everything = CancelAt(0)  # the runner's own sink (never cancels)
+    runner = make_runner(stores=stores, catalog=_catalog(1, set()), events=everything)
+    async with runner.stream(generate()) as events:
+        seen = [event async for event in events]
+    assert events.result.status == RunStatus.DONE
+    assert [e.seq for e in seen] == list(range(1, len(seen) + 1))
+    assert seen[-1].type == "run.finished"
+    assert [e.seq for e in everything.seen] == [e.seq for e in seen]
+
+
+@pytest.mark.anyio
+async def test_leaving_a_stream_early_aborts_the_run() -> None:
+    stores = InMemoryStores()
+    await use_profile(stores)
+    runner = make_runner(
+        stores=stores, main_llm=ScriptedMainLlm(default="a long reply", chunk_size=1, delay=0.01)
+    )
+    async with runner.stream(generate(user_message_id="u1")) as events:
+        async for event in events:
+            if event.type == "main_llm.started":
+                break
+    (run_id,) = stores.runs.run_ids()
+    stored = await runner.result(run_id)
+    assert (stored.run.status, stored.run.abort_reason) == (RunStatus.ABORTED, "cancelled")
+    _check_events(await stores.runs.events(run_id))
+    with pytest.raises(RuntimeError):
+        _ = events.result
+    retry = await runner.run(generate(user_message_id="u1"))
+    assert retry.status == RunStatus.DONE
+
+
+@pytest.mark.anyio
+async def test_a_stream_raises_what_the_run_raises() -> None:
+    runner = make_runner()
+    async with runner.stream(generate()) as events:
+        with pytest.raises(RunError) as error:
+            [event async for event in events]
+    assert error.value.code == "profile_not_found"

@@ -13,11 +13,13 @@ from ._executor import ThreadExecutor as ThreadExecutor
 from ._runner import Runner as Runner
 from ._runner import SystemClock as SystemClock
 from ._runner import UuidIds as UuidIds
+from ._stream import RunEvents as RunEvents
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
     "Executor",
     "InProcessExecutor",
+    "RunEvents",
     "Runner",
     "SystemClock",
     "ThreadExecutor",

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 
@@ -18,6 +19,7 @@ from ..model import (
     OperationProfile,
     ProfileIssue,
     Run,
+    RunEvent,
     RunRequest,
     RunResult,
     Trigger,
@@ -41,6 +43,7 @@ from ._context import RunContext
 from ._events import EventEmitter
 from ._executor import Executor, InProcessExecutor
 from ._run import FINISH_SECONDS, RunDriver
+from ._stream import BUFFER, RunEvents, Tee
 from ._turn import Turn
 
 __all__ = ["Runner", "SystemClock", "UuidIds"]
@@ -212,16 +215,61 @@ class Runner:
             StoreError: ``concurrent_turns="refuse"`` and another run holds the branch
                 (code ``branch_busy``).
         """
+        return await self._run(request, abort, self.events)
+
+    @asynccontextmanager
+    async def stream(
+        self, request: RunRequest, *, abort: AbortSignal | None = None
+    ) -> AsyncIterator[RunEvents]:
+        """Execute one run and stream its events; ``events.result`` holds its result.
+
+        Example::
+
+            async with runner.stream(request) as events:
+                async for event in events:
+                    await send_to_client(sse_event(event))
+            result = events.result
+
+        The runner's own ``events`` sink still receives every event. Leaving the block
+        before the run finished (a client that went away) aborts the run: it is recorded
+        ``aborted`` with reason ``cancelled``.
+
+        Raises:
+            RunError, ProfileInvalid, StoreError: as :meth:`run`, while iterating.
+        """
+        send, receive = anyio.create_memory_object_stream[RunEvent](BUFFER)
+        events = RunEvents(receive)
+        async with anyio.create_task_group() as tg:
+
+            async def execute() -> None:
+                async with send:
+                    try:
+                        events._result = await self._run(request, abort, Tee(send, self.events))
+                    except Exception as exc:  # handed to the reader as it iterates
+                        events._error = exc
+
+            tg.start_soon(execute)
+            try:
+                async with receive:
+                    yield events
+            finally:
+                if not events.finished:
+                    tg.cancel_scope.cancel()
+
+    async def _run(
+        self, request: RunRequest, abort: AbortSignal | None, sink: EventSink | None
+    ) -> RunResult:
         profile = await self._load_profile(request)
         wait = self.concurrent_turns == "wait"
         async with self.runs.hold_branch(request.chat_id, request.branch_id, wait=wait):
-            return await self._run_on_branch(request, profile, abort)
+            return await self._run_on_branch(request, profile, abort, sink)
 
     async def _run_on_branch(
         self,
         request: RunRequest,
         profile: OperationProfile | None,
         abort: AbortSignal | None,
+        sink: EventSink | None,
     ) -> RunResult:
         user_message_id = request.user_message_id or self.ids.new_id("msg")
         history = await self._turn_history(request, user_message_id)
@@ -259,7 +307,7 @@ class Runner:
                 "trigger": run.trigger,
             },
             clock=self.clock,
-            sink=self.events,
+            sink=sink,
             store=self.runs,
         )
         driver = RunDriver(

@@ -1,0 +1,73 @@
+"""One run's events as an async iterator, for a web handler that streams them (SSE)."""
+
+from __future__ import annotations
+
+from contextlib import suppress
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from ..model import RunEvent, RunResult
+from ..ports import EventSink
+
+__all__ = ["RunEvents", "Tee"]
+
+BUFFER = 256
+"""Events buffered for a slow reader before the run's event delivery waits for it."""
+
+
+class RunEvents:
+    """The events of one run in ``seq`` order, then its :attr:`result`.
+
+    Iterate it inside ``async with runner.stream(request) as events``; the iteration ends
+    when the run is finished. Leaving the ``async with`` block before that aborts the
+    run, which is then recorded ``aborted`` with reason ``cancelled``.
+    """
+
+    def __init__(self, receive: MemoryObjectReceiveStream[RunEvent]) -> None:
+        self._receive = receive
+        self._result: RunResult | None = None
+        self._error: BaseException | None = None
+
+    def __aiter__(self) -> RunEvents:
+        return self
+
+    async def __anext__(self) -> RunEvent:
+        try:
+            return await self._receive.receive()
+        except anyio.EndOfStream:
+            if self._error is not None:
+                raise self._error from None
+            raise StopAsyncIteration from None
+
+    @property
+    def result(self) -> RunResult:
+        """The run's result, once every event was read.
+
+        Raises:
+            RuntimeError: the run is not finished yet.
+        """
+        if self._result is None:
+            raise RuntimeError("the run is not finished: read its events to the end first")
+        return self._result
+
+    @property
+    def finished(self) -> bool:
+        """True once the run finished (successfully or not)."""
+        return self._result is not None or self._error is not None
+
+
+class Tee:
+    """Hands each event to the run's reader, then to the runner's own sink."""
+
+    def __init__(self, send: MemoryObjectSendStream[RunEvent], sink: EventSink | None) -> None:
+        self._send = send
+        self._sink = sink
+
+    async def emit(self, event: RunEvent) -> None:
+        """Deliver ``event`` to the reader (unless it left) and the runner's sink."""
+        # A reader that left has its run aborted; its events still reach the store.
+        with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+            await self._send.send(event)
+        if self._sink is not None:
+            await self._sink.emit(event)
