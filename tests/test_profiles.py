@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import pydantic
 import pytest
 from pydantic import BaseModel
 
 from opsrun import (
+    Hook,
     OperationCatalog,
+    OperationConfig,
     OperationContext,
     OperationDefinition,
     OperationProfile,
@@ -648,3 +652,9 @@ def test_prompt_effect_capability_after_main_llm_is_reported() -> None:
 def test_profile_schema_requires_unique_hooks() -> None:
     schema = OperationProfile.model_json_schema(by_alias=True)
     assert schema["$defs"]["OperationConfig"]["properties"]["hooks"]["uniqueItems"] is True
+
+
+@pytest.mark.parametrize("order", [math.nan, math.inf, -math.inf])
+def test_order_must_be_a_finite_number(order: float) -> None:
+    with pytest.raises(pydantic.ValidationError):
+        OperationConfig(hooks=(Hook.BEFORE_MAIN_LLM,), order=order)

@@ -58,8 +58,9 @@ class OperationConfig(Model):
     """Where it runs; an operation listed in two hooks runs once per hook."""
     triggers: tuple[Trigger, ...] | None = None
     """Which triggers it runs on; None means both."""
-    order: float
-    """Lower runs and commits earlier among ready operations of the same hook."""
+    order: float = Field(allow_inf_nan=False)
+    """Lower runs and commits earlier among ready operations of the same hook (a finite
+    number)."""
     depends_on: tuple[str, ...] = ()
     """Operation ids that must end ``done`` before this one starts."""
     params: JsonObject = Field(default_factory=dict)
