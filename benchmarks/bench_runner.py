@@ -14,6 +14,7 @@
 3. An operation whose dependency finished early starts at once, not when a slower
    unrelated sibling finishes (wall time, on the event loop's clock).
 4. Memory after 10,000 sequential runs with run records pruned.
+5. A 200-long chain costs the same per operation as a 50-long one (CPU time).
 """
 
 from __future__ import annotations
@@ -207,6 +208,40 @@ def overhead() -> None:
         )
 
 
+async def chain_rounds(
+    empty: tuple[Runner, InMemoryStores],
+    chains: dict[int, tuple[Runner, InMemoryStores]],
+    rounds: int,
+    repeats: int,
+) -> dict[int, list[float]]:
+    """CPU µs per operation of each chain length, measured interleaved per round."""
+    per_op: dict[int, list[float]] = {n: [] for n in chains}
+    for step in [*chains.values(), empty]:  # warm-up, not recorded
+        await time_runs(*step, 2)
+    for _ in range(rounds):
+        gc.collect()
+        base = await time_runs(*empty, repeats)
+        for n, chain in chains.items():
+            gc.collect()
+            per_op[n].append((await time_runs(*chain, repeats) - base) / n * 1e6)
+    return per_op
+
+
+def chain_scaling() -> None:
+    """A longer chain costs the same per operation: no walk of the whole chain per step."""
+    lengths = (50, 200)
+    rounds, repeats = (3, 3) if QUICK else (7, 5)
+    chains = {n: build(n, chain=True) for n in lengths}
+    per_op = anyio.run(chain_rounds, build(0), chains, rounds, repeats)
+    short, long = (statistics.median(per_op[n]) for n in lengths)
+    ratios = sorted(b / a for a, b in zip(per_op[lengths[0]], per_op[lengths[1]], strict=True))
+    print(
+        f"chain of {lengths[1]} vs {lengths[0]} (CPU time per operation): {long:6.1f} µs vs "
+        f"{short:6.1f} µs = {long / short:4.2f}x [target <= 1.2x] "
+        f"(median of {rounds} rounds, range {ratios[0]:.2f}-{ratios[-1]:.2f}x)"
+    )
+
+
 def sleeping_hook() -> None:
     async def sleep50(ctx: OperationContext) -> None:
         await anyio.sleep(0.05)
@@ -302,6 +337,7 @@ def memory_flat() -> None:
 
 if __name__ == "__main__":
     overhead()
+    chain_scaling()
     sleeping_hook()
     early_start()
     memory_flat()

@@ -76,6 +76,9 @@ class OpExec:
     finished: anyio.Event | None = None
     inputs_summary: dict[str, Any] = field(default_factory=dict)
     outputs_summary: dict[str, Any] = field(default_factory=dict)
+    writers: tuple[OpExec, ...] | None = None
+    """This operation and its transitive dependencies that staged an artifact write,
+    once known (see the scheduler)."""
 
     @property
     def operation_id(self) -> str:

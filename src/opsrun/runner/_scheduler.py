@@ -236,34 +236,46 @@ class Scheduler:
             e.end(OperationStatus.ABORTED)
 
     def _visible(self, e: OpExec, by_id: dict[str, OpExec], view: HookView) -> dict[str, Artifact]:
-        """Committed artifacts plus the staged writes of ``e``'s transitive dependencies."""
-        visible = dict(view.base)
-        stack = list(e.config.depends_on)
-        seen: set[str] = set()
-        staged: list[OpExec] = []
-        while stack:
-            dep_id = stack.pop()
-            if dep_id in seen:
-                continue
-            seen.add(dep_id)
+        """Committed artifacts plus the staged writes of ``e``'s transitive dependencies.
+
+        Writes apply in ``(order, id)`` order of their writers, as they will commit.
+        """
+        staged: dict[str, OpExec] = {}
+        for dep_id in e.config.depends_on:
             dep = by_id.get(dep_id)
-            if dep is None:
-                continue
-            stack.extend(dep.config.depends_on)
-            if dep.result is not None and dep.result.effects.artifact is not None:
-                staged.append(dep)
-        for dep in sorted(staged, key=lambda d: (d.config.order, d.operation_id)):
-            write = dep.result.effects.artifact if dep.result is not None else None
+            if dep is not None:
+                staged.update((w.operation_id, w) for w in _writers(dep, by_id))
+        visible = dict(view.base)
+        for writer in sorted(staged.values(), key=lambda d: (d.config.order, d.operation_id)):
+            write = writer.result.effects.artifact if writer.result is not None else None
             assert write is not None
             artifact, _ = next_artifact(
                 visible.get(write.tag),
                 write,
                 now=self._ctx.started_at,
                 run_id=self._ctx.run_id,
-                operation_id=dep.operation_id,
+                operation_id=writer.operation_id,
             )
             visible[write.tag] = artifact
         return visible
+
+
+def _writers(e: OpExec, by_id: dict[str, OpExec]) -> tuple[OpExec, ...]:
+    """``e`` and its transitive dependencies that staged an artifact write.
+
+    Computed once per finished operation from its direct dependencies' own answers, so
+    a long chain costs one step per operation, not one walk of the whole chain.
+    """
+    if e.writers is None:
+        found: dict[str, OpExec] = {}
+        for dep_id in e.config.depends_on:
+            dep = by_id.get(dep_id)
+            if dep is not None:
+                found.update((w.operation_id, w) for w in _writers(dep, by_id))
+        if e.result is not None and e.result.effects.artifact is not None:
+            found[e.operation_id] = e
+        e.writers = tuple(found.values())
+    return e.writers
 
 
 def _checked(returned: object) -> OperationResult | None:
