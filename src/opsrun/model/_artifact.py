@@ -131,7 +131,7 @@ class VersionSelector(Model):
 
 
 class PromptInclusion(Model):
-    """How an artifact enters the effective prompt
+    """How an artifact enters the effective prompt.
 
     ``mode`` is the shorthand; the other fields refine or replace it. With
     ``mode="none"`` (the default) the artifact never enters the prompt.

@@ -25,7 +25,7 @@ class OperationCapabilities(Model):
 
 
 class OperationDefinition(Model):
-    """What an operation is: identity and dispatch Lives in a catalog."""
+    """What an operation is: identity and dispatch. Lives in a catalog."""
 
     operation_id: str = Field(min_length=1)
     """Stable id, e.g. ``builtin:world_state_update``."""
