@@ -137,7 +137,7 @@ class RunDriver:
         await self._finish(RunStatus.DONE)
 
     def _phase(self, phase: RunPhase) -> None:
-        self.run = self.run.model_copy(update={"phase": phase})
+        # The stored record keeps the phase it was saved in (planning, then finished).
         self._emitter.emit(RunPhaseChanged, phase=phase)
 
     async def _plan(self) -> None:

@@ -76,6 +76,8 @@ class Scheduler:
         execs = self._ledger.of_hook(hook)
         by_id = {e.operation_id: e for e in execs}
         pending = [e for e in execs if e.status == OperationStatus.PLANNED]
+        if not pending:
+            return
         awaited = {dep for e in pending for dep in e.config.depends_on}
         for e in pending:
             # Only operations something waits for need a completion event.
