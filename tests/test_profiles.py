@@ -24,7 +24,7 @@ from opsrun import (
 )
 from opsrun.errors import OpsrunError
 from opsrun.kinds import builtin_kinds
-from opsrun.model import ProfileIssue, ProfileIssueCode
+from opsrun.model import ProfileIssue, ProfileIssueCode, ProfileOperation
 from opsrun.operations import Operation
 from opsrun.operations._validate import find_cycles
 
@@ -658,3 +658,45 @@ def test_profile_schema_requires_unique_hooks() -> None:
 def test_order_must_be_a_finite_number(order: float) -> None:
     with pytest.raises(pydantic.ValidationError):
         OperationConfig(hooks=(Hook.BEFORE_MAIN_LLM,), order=order)
+
+
+def _one(operation_id: str, params: dict[str, Any]) -> OperationProfile:
+    entry = ProfileOperation(
+        operation_id=operation_id,
+        config=OperationConfig(hooks=(Hook.BEFORE_MAIN_LLM,), order=1, params=params),
+    )
+    return OperationProfile(
+        profile_id="p", name="P", operation_profile_session_id="s", operations=(entry,)
+    )
+
+
+def test_a_catalog_without_providers_checks_templates_but_not_references() -> None:
+    catalog = OperationCatalog(kinds=builtin_kinds())
+    catalog.add_definition(OperationDefinition(operation_id="x", name="X", kind="llm"))
+    fine = {
+        "providerRef": "anywhere",
+        "model": "m",
+        "prompt": "{{ chatHistory | last: 2 }}",
+        "writeArtifact": {"tag": "notes"},
+    }
+    assert catalog.validate(_one("x", fine)) == []
+    broken = {**fine, "prompt": "{% for %}"}
+    (issue,) = catalog.validate(_one("x", broken))
+    assert issue.code == ProfileIssueCode.INVALID_PARAMS
+    assert issue.message.startswith("prompt: ")
+
+
+def test_an_operation_checks_its_own_params_at_save_time() -> None:
+    class Picky(Operation[Any]):
+        definition = OperationDefinition(operation_id="picky", name="Picky", kind="custom")
+
+        def check(self, params: Any) -> list[str]:
+            return [] if params.get("mode") == "ok" else ["mode must be ok"]
+
+        async def execute(self, ctx: OperationContext) -> OperationResult:
+            return OperationResult.done()
+
+    catalog = OperationCatalog([Picky()])
+    assert catalog.validate(_one("picky", {"mode": "ok"})) == []
+    (issue,) = catalog.validate(_one("picky", {"mode": "no"}))
+    assert (issue.code, issue.message) == (ProfileIssueCode.INVALID_PARAMS, "mode must be ok")

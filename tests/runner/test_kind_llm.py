@@ -8,7 +8,14 @@ import anyio
 import pytest
 
 from _support import make_runner
-from opsrun.errors import ProviderError, ProviderTimeout, RateLimited, ResponseFormatRejected
+from opsrun.errors import (
+    ConfigError,
+    ProfileInvalid,
+    ProviderError,
+    ProviderTimeout,
+    RateLimited,
+    ResponseFormatRejected,
+)
 from opsrun.kinds import LlmOperation, approximate_tokens, builtin_kinds
 from opsrun.kinds.liquid import TemplateEngine, TemplateLimits
 from opsrun.model import (
@@ -30,7 +37,13 @@ from opsrun.model import (
     Usage,
 )
 from opsrun.operations import AbortSignal, OperationCatalog, OperationContext, RunMeta
-from opsrun.ports import LlmRequest, LlmResponse, ProviderCapabilities, ResponseFormat
+from opsrun.ports import (
+    LlmProvider,
+    LlmRequest,
+    LlmResponse,
+    ProviderCapabilities,
+    ResponseFormat,
+)
 from opsrun.providers import ProviderRegistry
 from opsrun.stores import InMemoryStores
 from opsrun.testing import (
@@ -83,6 +96,16 @@ class Harness:
         )
         self.catalog.add_definition(OperationDefinition(operation_id="aux", name="Aux", kind="llm"))
         self.runner = make_runner(stores=self.stores, catalog=self.catalog, main_llm=self.main_llm)
+
+    def issues(self, params: dict[str, Any]) -> list[str]:
+        """The save-time problems of a profile running ``aux`` with ``params``."""
+        entry = ProfileOperation(
+            operation_id="aux", config=OperationConfig(hooks=(B,), order=1, params=params)
+        )
+        profile = OperationProfile(
+            profile_id="p", name="P", operation_profile_session_id="s1", operations=(entry,)
+        )
+        return [issue.message for issue in self.catalog.validate(profile)]
 
     async def run(
         self, params: dict[str, Any], *, hook: Hook = B, user: str = "hello there", **config: Any
@@ -374,19 +397,58 @@ async def test_unknown_schema_ref_is_a_config_error_before_any_call() -> None:
     assert h.provider.calls == 0
 
 
-async def test_invalid_schema_is_a_config_error() -> None:
+async def test_an_invalid_schema_is_refused_when_the_profile_is_saved() -> None:
     h = Harness(schemas={"bad": {"type": "no-such-type"}})
-    result = await h.run(llm_params(output={"mode": "json", "schemaRef": "bad"}))
-    assert error_code(result) == "config_error"
+    params = llm_params(output={"mode": "json", "schemaRef": "bad"})
+    (problem,) = h.issues(params)
+    assert "not a valid JSON Schema" in problem
+    with pytest.raises(ProfileInvalid):
+        await h.run(params)
 
 
-async def test_unknown_provider_ref_is_a_config_error() -> None:
+async def test_an_unknown_provider_ref_is_refused_when_the_profile_is_saved() -> None:
     h = Harness()
-    result = await h.run(llm_params(providerRef="elsewhere"))
+    (problem,) = h.issues(llm_params(providerRef="elsewhere"))
+    assert "elsewhere" in problem
+    with pytest.raises(ProfileInvalid):
+        await h.run(llm_params(providerRef="elsewhere"))
+
+
+class Vanishing:
+    """A provider lookup whose provider goes away after the profile was validated."""
+
+    def __init__(self) -> None:
+        self.gone = False
+
+    def get(self, provider_ref: str) -> LlmProvider:
+        if self.gone:
+            raise ConfigError(f"no provider {provider_ref!r} any more")
+        return ScriptedProvider()
+
+
+async def test_a_provider_that_went_away_is_a_config_error_at_run_time() -> None:
+    registry = Vanishing()
+    catalog = OperationCatalog(kinds=builtin_kinds(providers=registry))
+    catalog.add_definition(OperationDefinition(operation_id="aux", name="Aux", kind="llm"))
+    stores = InMemoryStores()
+    entry = ProfileOperation(
+        operation_id="aux", config=OperationConfig(hooks=(B,), order=1, params=llm_params())
+    )
+    await stores.profiles.save_profile(
+        OperationProfile(
+            profile_id="p", name="P", operation_profile_session_id="s1", operations=(entry,)
+        )
+    )
+    runner = make_runner(stores=stores, catalog=catalog)
+    first = await runner.run(
+        RunRequest(trigger=Trigger.GENERATE, chat_id="c", profile_id="p", user_message="hi")
+    )
+    assert aux(first).status == OperationStatus.DONE  # the profile was validated then
+    registry.gone = True
+    result = await runner.run(
+        RunRequest(trigger=Trigger.GENERATE, chat_id="c", profile_id="p", user_message="again")
+    )
     assert error_code(result) == "config_error"
-    error = aux(result).error
-    assert error is not None
-    assert "elsewhere" in error.message
 
 
 async def test_timeout_cuts_a_slow_provider() -> None:
@@ -571,11 +633,12 @@ async def test_strict_variables_is_template_render_error() -> None:
     assert h.provider.last_request.messages[-1].content == "[]"
 
 
-async def test_system_template_errors_name_the_field() -> None:
+async def test_template_errors_are_refused_at_save_time_naming_the_field() -> None:
     h = Harness()
-    result = await h.run(llm_params(system="{% if %}"))
-    assert error_code(result) == "template_render_error"
-    assert error_details(result)["field"] == "system"
+    (problem,) = h.issues(llm_params(system="{% if %}"))
+    assert problem.startswith("system: ")
+    (problem,) = h.issues(llm_params(prompt="ok {% endfor %}"))
+    assert problem.startswith("prompt: ")
 
 
 async def test_template_loop_limit_is_template_render_error() -> None:
@@ -607,8 +670,9 @@ async def test_unresolvable_credential_is_a_config_error() -> None:
     assert error_code(result) == "config_error"
     assert "who-knows" not in result.model_dump_json()
     no_resolver = Harness()
-    result = await no_resolver.run(llm_params(credentialRef="who-knows"))
-    assert error_code(result) == "config_error"
+    assert no_resolver.issues(llm_params(credentialRef="who-knows")) == [
+        "credentialRef is set but no credential resolver was given"
+    ]
 
 
 async def test_runs_without_a_registry_end_in_config_error() -> None:

@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from _support import make_runner
+from opsrun.errors import ProfileInvalid
 from opsrun.kinds import builtin_kinds
 from opsrun.kinds.liquid import TemplateEngine, TemplateLimits
 from opsrun.model import (
@@ -20,12 +21,14 @@ from opsrun.model import (
     OperationProfileSessionKey,
     OperationResult,
     OperationStatus,
+    ProfileIssueCode,
     ProfileOperation,
     RunRequest,
     RunResult,
+    TemplateParams,
     Trigger,
 )
-from opsrun.operations import OperationCatalog, OperationContext
+from opsrun.operations import OperationCatalog, OperationContext, RunMeta
 from opsrun.providers import ProviderRegistry
 from opsrun.redaction import Redactor
 from opsrun.stores import InMemoryStores
@@ -72,15 +75,16 @@ class Harness:
             ProfileOperation(operation_id=op_id, config=OperationConfig(params=params, **config))
         )
 
-    async def run(self, user: str = "hi", *, system_prompt: str = "") -> RunResult:
-        await self.stores.profiles.save_profile(
-            OperationProfile(
-                profile_id="p",
-                name="P",
-                operation_profile_session_id="s",
-                operations=tuple(self.entries),
-            )
+    def profile(self) -> OperationProfile:
+        return OperationProfile(
+            profile_id="p",
+            name="P",
+            operation_profile_session_id="s",
+            operations=tuple(self.entries),
         )
+
+    async def run(self, user: str = "hi", *, system_prompt: str = "") -> RunResult:
+        await self.stores.profiles.save_profile(self.profile())
         return await self.runner.run(
             RunRequest(
                 trigger=Trigger.GENERATE,
@@ -229,15 +233,44 @@ async def test_strict_variables_is_template_render_error() -> None:
     assert result.operation("lenient").status == OperationStatus.DONE
 
 
-async def test_syntax_error_is_template_render_error_with_position() -> None:
+async def test_a_syntax_error_is_refused_when_the_profile_is_saved_with_its_position() -> None:
     h = Harness()
     h.template("t", {"template": "line one\n{% if %}"})
-    result = await h.run()
-    error = result.operation("t").error
-    assert error is not None
-    assert error.code == "template_render_error"
-    assert error.details is not None
-    assert error.details["line"] == 2
+    (issue,) = h.catalog.validate(h.profile())
+    assert (issue.code, issue.operation_id) == (ProfileIssueCode.INVALID_PARAMS, "t")
+    assert issue.message.startswith("template: ")
+    assert "line 2" in issue.message
+    with pytest.raises(ProfileInvalid):
+        await h.run()
+
+
+async def test_a_syntax_error_at_run_time_is_template_render_error_with_position() -> None:
+    h = Harness()
+    operation = h.catalog.add_definition(
+        OperationDefinition(operation_id="direct", name="Direct", kind="template")
+    )
+    ctx: OperationContext[Any] = OperationContext(
+        run=RunMeta(
+            run_id="r",
+            trigger=Trigger.GENERATE,
+            chat_id="c",
+            branch_id="main",
+            user_message_id="u",
+            profile_id=None,
+            session_key=None,
+        ),
+        hook=B,
+        definition=operation.definition,
+        config=OperationConfig(hooks=(B,), order=1),
+        params=TemplateParams(template="line one\n{% if %}"),
+        history=(),
+        artifacts={},
+    )
+    result = await operation.execute(ctx)
+    assert result.error is not None
+    assert result.error.code == "template_render_error"
+    assert result.error.details is not None
+    assert result.error.details["line"] == 2
 
 
 async def test_loop_limit_is_template_render_error() -> None:
@@ -379,6 +412,10 @@ async def test_any_template_renders_or_fails_with_template_render_error(
         order=2,
         depends_on=("seed",),
     )
+    issues = h.catalog.validate(h.profile())
+    if issues:  # a template that does not parse is refused before any run
+        assert [i.code for i in issues] == [ProfileIssueCode.INVALID_PARAMS]
+        return
     result = await h.run()
     op = result.operation("t")
     if op.status == OperationStatus.DONE:

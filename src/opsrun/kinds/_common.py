@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias
 
 from .._redact import Redactor
-from ..errors import bound_text
+from ..errors import TemplateError, bound_text
 from ..model import (
     AppendAfterLastUser,
     AppendAfterLastUserTarget,
@@ -31,8 +31,9 @@ from ..model import (
     WriteArtifactSpec,
 )
 from ..operations import OperationContext
+from .liquid import TemplateEngine
 
-__all__ = ["TokenCounter", "approximate_tokens"]
+__all__ = ["TokenCounter", "approximate_tokens", "template_problems"]
 
 TokenCounter: TypeAlias = Callable[[str], int]
 """Counts the tokens of a text, for ``maxInputTokens``."""
@@ -130,3 +131,18 @@ def prompt_effect_problem(ctx: OperationContext[Any], has_target: bool) -> str |
             f"runs in {ctx.hook.value}"
         )
     return None
+
+
+def template_problems(
+    engine: TemplateEngine, templates: Mapping[str, str | None], *, strict_variables: bool
+) -> list[str]:
+    """Why each named template does not parse: ``"<field>: <error>"``, with its position."""
+    problems = []
+    for field_name, source in templates.items():
+        if source is None:
+            continue
+        try:
+            engine.parse(source, strict_variables=strict_variables)
+        except TemplateError as exc:
+            problems.append(f"{field_name}: {exc.message}")
+    return problems

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -75,6 +75,7 @@ from ._common import (
     done_result,
     failed_result,
     prompt_effect_problem,
+    template_problems,
     with_secret,
 )
 from .liquid import TemplateEngine
@@ -255,6 +256,7 @@ class LlmOperation(Operation[LlmParams]):
         self.credentials = credentials
         self.engine = engine or TemplateEngine()
         self.schemas: Mapping[str, Mapping[str, Any]] = schemas if schemas is not None else {}
+        self._schemas_given = schemas is not None
         self.token_counter: TokenCounter = token_counter or approximate_tokens
         self.redact_outputs = redact_outputs
         self._validators: dict[str, tuple[Mapping[str, Any], Validator]] = {}
@@ -321,6 +323,30 @@ class LlmOperation(Operation[LlmParams]):
         )
         response = await self._call(ctx, params, ex, provider, messages, secret)
         return self._interpret(params, ex, response, validator)
+
+    def check(self, params: LlmParams) -> list[str]:
+        """What would fail at run time: templates that do not parse and, when the kind
+        was given a provider registry, an unknown ``providerRef``, a ``credentialRef``
+        without a resolver, and an unknown or invalid ``schemaRef`` (when it was given
+        schemas)."""
+        templates = {"system": params.system, "prompt": params.prompt}
+        problems = template_problems(
+            self.engine, templates, strict_variables=params.strict_variables
+        )
+        if self.providers is None:
+            return problems  # a catalog for validation alone: references are not known
+        lookups: list[Callable[[], object]] = [lambda: self._provider(params.provider_ref)]
+        schema_ref = params.output.schema_ref
+        if schema_ref is not None and self._schemas_given:
+            lookups.append(lambda: self._validator(schema_ref))
+        if params.credential_ref is not None and self.credentials is None:
+            problems.append("credentialRef is set but no credential resolver was given")
+        for lookup in lookups:
+            try:
+                lookup()
+            except OperationFailed as exc:
+                problems.append(exc.message)
+        return problems
 
     # -- steps -----------------------------------------------------------------------------
 

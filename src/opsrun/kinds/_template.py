@@ -16,7 +16,7 @@ from .._redact import sha256_text
 from ..errors import TemplateError
 from ..model import ContentFormat, OperationDefinition, OperationResult, TemplateParams
 from ..operations import Operation, OperationContext
-from ._common import done_result, failed_result, prompt_effect_problem
+from ._common import done_result, failed_result, prompt_effect_problem, template_problems
 from .liquid import TemplateEngine
 
 __all__ = ["TemplateOperation"]
@@ -47,6 +47,12 @@ class TemplateOperation(Operation[TemplateParams]):
         self.definition = definition
         self.engine = engine or TemplateEngine()
         self.redact_outputs = redact_outputs
+
+    def check(self, params: TemplateParams) -> list[str]:
+        """The template's parse error, if any (with its line and column)."""
+        return template_problems(
+            self.engine, {"template": params.template}, strict_variables=params.strict_variables
+        )
 
     async def execute(self, ctx: OperationContext[TemplateParams]) -> OperationResult:
         """Render the template and return its effects."""

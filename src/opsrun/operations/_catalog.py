@@ -140,10 +140,10 @@ class OperationCatalog(Mapping[str, OperationDefinition]):
 
         Checks ids, dependencies (unknown, self, across hooks, cycles), artifact tags
         (one writer per tag, statically known) and each operation's params against its
-        own ``params_model``. Never raises for a problem of the profile.
+        own ``params_model`` and :meth:`Operation.check`. Never raises for a problem of
+        the profile.
         """
-        models = {op_id: op.params_model for op_id, op in self._operations.items()}
-        return validate_profile(profile, self, models)
+        return validate_profile(profile, self, self._operations)
 
     def ensure_valid(self, profile: OperationProfile) -> None:
         """Check ``profile`` like :meth:`validate` and raise if anything is wrong.

@@ -39,6 +39,17 @@ class Operation(ABC, Generic[P]):
     async def execute(self, ctx: OperationContext[P]) -> OperationResult:
         """Do the work and return a result with effects; never mutates ``ctx``."""
 
+    def check(self, params: P) -> list[str]:
+        """Save-time problems of ``params`` beyond their model (empty when none).
+
+        The catalog calls it while validating a profile, with the params validated by
+        :attr:`params_model` (the raw dict without one); each problem becomes an
+        ``invalid_params`` issue. The built-in kinds parse their templates here and look
+        up their provider and schema references, so a profile that would fail at run
+        time is refused when it is saved. Never raises for a problem of ``params``.
+        """
+        return []
+
     def __repr__(self) -> str:
         definition = getattr(self, "definition", None)
         op_id = definition.operation_id if definition else "?"

@@ -9,6 +9,7 @@ and every operation that writes an artifact must declare its tag statically.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -21,6 +22,7 @@ from ..model import (
     ProfileOperation,
     check_tag,
 )
+from ._operation import Operation
 
 __all__ = ["find_cycles", "validate_profile"]
 
@@ -31,15 +33,15 @@ _Add = Callable[[ProfileIssueCode, str | None, str], None]
 def validate_profile(
     profile: OperationProfile,
     definitions: Mapping[str, OperationDefinition],
-    params_models: Mapping[str, type[BaseModel] | None],
+    operations: Mapping[str, Operation[Any]],
 ) -> list[ProfileIssue]:
     """Return every problem of ``profile``; an empty list means valid.
 
     Args:
         profile: The profile to check.
         definitions: Operation definitions by operation id.
-        params_models: Each operation's own params model by operation id (None: raw
-            params, not checked).
+        operations: The implementations by operation id: each checks its own params
+            (its ``params_model``, then :meth:`Operation.check`).
     """
     issues: list[ProfileIssue] = []
 
@@ -57,7 +59,7 @@ def validate_profile(
         if definition is None:
             add(Code.UNKNOWN_OPERATION, op_id, f"no operation {op_id!r} in the catalog")
         else:
-            tag = _check_operation(entry, definition, params_models.get(op_id), add)
+            tag = _check_operation(entry, definition, operations.get(op_id), add)
             if tag is not None:
                 writers.setdefault(tag, []).append(op_id)
         _check_dependencies(entry, entries, add)
@@ -92,12 +94,17 @@ def _entries(profile: OperationProfile, add: _Add) -> dict[str, ProfileOperation
 def _check_operation(
     entry: ProfileOperation,
     definition: OperationDefinition,
-    params_model: type[BaseModel] | None,
+    operation: Operation[Any] | None,
     add: _Add,
 ) -> str | None:
     """Check one operation's params and effects; return the tag it writes, if any."""
     op_id = entry.operation_id
-    params = _check_params(entry, params_model, add)
+    model = operation.params_model if operation is not None else None
+    params = _check_params(entry, model, add)
+    if operation is not None and (params is not None or model is None):
+        checked = params if model is not None else dict(entry.config.params)
+        for problem in operation.check(checked):
+            add(Code.INVALID_PARAMS, op_id, problem)
     tag = _write_tag(entry, definition, params, add)
     sends_prompt = (
         getattr(params, "prompt_effect", None) is not None or definition.capabilities.prompt_effects
