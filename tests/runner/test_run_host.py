@@ -443,3 +443,28 @@ async def test_a_stream_raises_what_the_run_raises() -> None:
         with pytest.raises(RunError) as error:
             [event async for event in events]
     assert error.value.code == "profile_not_found"
+
+
+@pytest.mark.anyio
+async def test_debug_data_is_kept_only_where_debug_is_enabled() -> None:
+    key = "sk-proj-" + "Ab3dEfGhIjKlMnOpQrStUvWxYz0123456789"
+    catalog = OperationCatalog()
+
+    @catalog.function("noisy", name="Noisy")
+    async def noisy(ctx: OperationContext) -> OperationResult:
+        result = OperationResult.done()
+        return result.model_copy(update={"debug": {"tried": 3, "config": f"key={key}"}})
+
+    catalog.function("quiet", name="Quiet")(noisy)
+    stores = InMemoryStores()
+    await use_profile(
+        stores,
+        op("noisy", B, debug={"enabled": True}),
+        op("quiet", B, order=2),
+    )
+    result = await make_runner(stores=stores, catalog=catalog).run(generate())
+    kept = result.operation("noisy").debug
+    assert kept is not None
+    assert kept["tried"] == 3
+    assert key not in str(kept)
+    assert result.operation("quiet").debug is None

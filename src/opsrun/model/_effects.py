@@ -155,7 +155,8 @@ class OperationResult(Model):
     inputs_summary: JsonObject = Field(default_factory=dict)
     """Bounded summary of what it used."""
     debug: JsonObject | None = None
-    """Bounded, safe debug data."""
+    """Debug data; the run keeps it (bounded, redacted) only when the operation's
+    configuration enables debug."""
 
     @model_validator(mode="after")
     def _consistent(self) -> OperationResult:

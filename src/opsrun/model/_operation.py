@@ -43,7 +43,8 @@ class DebugConfig(Model):
     """Per-operation debug switches."""
 
     enabled: bool = False
-    """Record larger, still redacted and bounded, summaries."""
+    """Keep the operation's ``OperationResult.debug`` data in its ``OperationRun``
+    (bounded and redacted like every summary)."""
 
 
 class OperationConfig(Model):

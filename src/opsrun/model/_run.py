@@ -156,6 +156,9 @@ class OperationRun(Model):
     """True when its effects were applied at commit."""
     commit_index: int | None = None
     """Its position in the run's commit queue (0-based), when committed."""
+    debug: JsonObject | None = None
+    """The operation's own debug data (``OperationResult.debug``), bounded and redacted;
+    kept only when its configuration enables debug (``config.debug.enabled``)."""
 
     @property
     def error_code(self) -> str | None:

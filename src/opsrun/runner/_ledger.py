@@ -76,6 +76,8 @@ class OpExec:
     finished: anyio.Event | None = None
     inputs_summary: dict[str, Any] = field(default_factory=dict)
     outputs_summary: dict[str, Any] = field(default_factory=dict)
+    debug: dict[str, Any] | None = None
+    """Debug data kept for the record (``config.debug.enabled``)."""
     writers: tuple[OpExec, ...] | None = None
     """This operation and its transitive dependencies that staged an artifact write,
     once known (see the scheduler)."""
@@ -110,6 +112,7 @@ def _trusted(e: OpExec) -> bool:
         and isinstance(e.finished_at, datetime | None)
         and _plain(e.inputs_summary)
         and _plain(e.outputs_summary)
+        and (e.debug is None or _plain(e.debug))
     )
 
 
@@ -197,6 +200,7 @@ class OperationLedger:
             "outputs_summary": e.outputs_summary.copy(),
             "committed": e.committed,
             "commit_index": e.commit_index,
+            "debug": e.debug,
         }
         template = self._template
         if template is not None and _trusted(e):

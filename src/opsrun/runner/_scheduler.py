@@ -218,6 +218,8 @@ class Scheduler:
         summarize = self._ctx.summarize
         e.inputs_summary = summarize(result.inputs_summary)
         e.outputs_summary = summarize(result.outputs_summary)
+        if result.debug is not None and e.config.debug.enabled:
+            e.debug = summarize(result.debug)
         if result.status == OperationStatus.DONE:
             problem = policy_problem(e, result)
             if problem is not None:
