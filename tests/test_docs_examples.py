@@ -45,7 +45,7 @@ def test_example_runs(script: str) -> None:
     # The debug report of the regenerated turn: the window trimmed the oldest message,
     # the world state entered the system prompt, and the update is shown as a diff.
     report = out[out.index("== why this answer?") :]
-    assert "Trimmed: `msg_" in report
+    assert "Trimmed: 1 message, `msg_" in report
     assert "(max_messages)" in report
     assert "| `world_state` | yes | v3 |" in report
     assert "v3 → v4" in report

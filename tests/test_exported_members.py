@@ -48,7 +48,7 @@ EXPECTED: dict[str, str] = {
         RelativeToAnchor RelativeToEnd Retention RetentionAdapter RetryPolicy Run
         RunEvent RunEventAdapter RunFinished RunPhase RunPhaseChanged RunRequest
         RunResult RunStarted RunStatus Samplers SkippedReason SnapshotMessage
-        SystemUpdate SystemUpdateTarget Tag TemplateParams Trigger TrimmedEntry
+        SystemUpdate SystemUpdateTarget Tag TemplateParams Trigger TrimmedRange
         TurnEffect TurnEffectAdapter UiPresentation Usage UserVariant VersionSelector
         WindowRetention WriteArtifactSpec check_tag profile_json_schema
     """,
@@ -64,8 +64,7 @@ EXPECTED: dict[str, str] = {
     """,
     "opsrun.prompt": """
         EffectivePrompt HistoryWindow SnapshotPolicy TrimReason TrimResult
-        TrimmedMessage effective_prompt prompt_hash take_snapshot to_provider_messages
-        trim_history
+        effective_prompt prompt_hash take_snapshot to_provider_messages trim_history
     """,
     "opsrun.report": """
         EventLog ReportArtifacts ReportExcerpt ReportGeneration ReportInput

@@ -161,7 +161,14 @@ RUN: dict[str, Any] = {
             "omittedMessages": 1,
             "rolesMapped": True,
             "historyWindow": {"maxMessages": 20},
-            "trimmed": [{"messageId": "msg-u0", "reason": "max_messages"}],
+            "trimmed": [
+                {
+                    "firstMessageId": "msg-u0",
+                    "lastMessageId": "msg-a0",
+                    "count": 2,
+                    "reason": "max_messages",
+                }
+            ],
             "inclusions": [
                 {
                     "tag": "world_state",
@@ -478,7 +485,7 @@ CASES: list[tuple[type[BaseModel], dict[str, Any]]] = [
     (m.ArtifactRef, RUN["artifactsAtStart"][0]),
     (m.PromptSnapshot, RUN["mainLlm"]["prompt"]),
     (m.SnapshotMessage, RUN["mainLlm"]["prompt"]["messages"][0]),
-    (m.TrimmedEntry, RUN["mainLlm"]["prompt"]["trimmed"][0]),
+    (m.TrimmedRange, RUN["mainLlm"]["prompt"]["trimmed"][0]),
     (m.InclusionRecord, RUN["mainLlm"]["prompt"]["inclusions"][0]),
     (m.Run, RUN),
     (m.RunResult, {"run": RUN, "operationRuns": [OP_RUN], "deduplicated": True}),

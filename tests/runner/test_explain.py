@@ -25,7 +25,7 @@ from opsrun.model import (
     PromptSource,
     Run,
     SnapshotMessage,
-    TrimmedEntry,
+    TrimmedRange,
     Usage,
 )
 from opsrun.report import RunReport, build_report, render_markdown
@@ -249,7 +249,14 @@ def test_prompt_keeps_send_order_roles_hashes_and_trimming() -> None:
                 *sent,
                 omitted_messages=2,
                 history_window={"maxMessages": 1},
-                trimmed=(TrimmedEntry(message_id="m1", reason="max_messages"),),
+                trimmed=(
+                    TrimmedRange(
+                        first_message_id="m1",
+                        last_message_id="m1",
+                        count=1,
+                        reason="max_messages",
+                    ),
+                ),
             )
         )
     )
@@ -265,7 +272,7 @@ def test_prompt_keeps_send_order_roles_hashes_and_trimming() -> None:
     assert "Developer messages were sent with the provider role `system`." in md
     assert "The text of 2 older messages was not kept" in md
     assert "History window: maxMessages=1; 1 history message in the prompt." in md
-    assert "Trimmed: `m1` (max_messages)." in md
+    assert "Trimmed: 1 message, `m1` (max_messages)." in md
 
 
 def test_hash_only_content_never_reaches_the_report() -> None:
@@ -595,7 +602,11 @@ def test_render_never_breaks_structure(
             params={label: label},
             prompt=snapshot(
                 *(message(c, "artifact", tag=label, version=1) for c in contents),
-                trimmed=(TrimmedEntry(message_id=label, reason=label),),
+                trimmed=(
+                    TrimmedRange(
+                        first_message_id=label, last_message_id=label, count=2, reason=label
+                    ),
+                ),
                 inclusions=(
                     InclusionRecord(tag=label, profile_index=0, included=False, reason=label),
                 ),

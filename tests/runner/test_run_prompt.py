@@ -19,6 +19,7 @@ from opsrun.model import (
     PromptInclusion,
     RelativeToEnd,
     RunStatus,
+    TrimmedRange,
     WindowRetention,
 )
 from opsrun.operations import OperationCatalog, OperationContext
@@ -75,10 +76,14 @@ async def test_history_window_trims_and_records_why() -> None:
     snapshot = results[-1].run.main_llm.prompt
     assert snapshot is not None
     history = await stores.chats.history("c", "main")
-    assert [(t.message_id, t.reason) for t in snapshot.trimmed] == [
-        (history[0].message_id, "max_messages"),
-        (history[1].message_id, "max_messages"),
-    ]
+    assert snapshot.trimmed == (
+        TrimmedRange(
+            first_message_id=history[0].message_id,
+            last_message_id=history[1].message_id,
+            count=2,
+            reason="max_messages",
+        ),
+    )
     assert snapshot.history_window == {"maxMessages": 3}
     first = results[0].run.main_llm.prompt
     assert first is not None

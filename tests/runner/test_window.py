@@ -9,11 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from opsrun.errors import ConfigError
-from opsrun.model import ChatMessage, ChatRole, MessageVariant
+from opsrun.model import ChatMessage, ChatRole, MessageVariant, TrimmedRange
 from opsrun.prompt import (
     HistoryWindow,
     SnapshotPolicy,
-    TrimmedMessage,
     TrimReason,
     trim_history,
 )
@@ -46,13 +45,13 @@ def test_no_limits_keeps_everything() -> None:
     h = history("a", "b", "c")
     result = trim_history(h, HistoryWindow())
     assert ids(result.kept) == ["m0", "m1", "m2"]
-    assert result.trimmed == ()
+    assert result.trimmed is None
 
 
 def test_empty_history() -> None:
     result = trim_history([], HistoryWindow(max_messages=1))
     assert result.kept == ()
-    assert result.trimmed == ()
+    assert result.trimmed is None
 
 
 @pytest.mark.parametrize(
@@ -72,14 +71,18 @@ def test_limits(window: HistoryWindow, kept: list[str], reason: TrimReason) -> N
     result = trim_history(h, window)
     assert ids(result.kept) == kept
     dropped = [m.message_id for m in h[: len(h) - len(kept)]]
-    assert result.trimmed == tuple(TrimmedMessage(i, reason) for i in dropped)
+    assert result.trimmed == TrimmedRange(
+        first_message_id=dropped[0], last_message_id=dropped[-1], count=len(dropped), reason=reason
+    )
 
 
 def test_current_user_message_is_kept_even_when_too_big() -> None:
     h = history("a", "b", "a very long current message")
     result = trim_history(h, HistoryWindow(max_chars=3, max_messages=0))
     assert ids(result.kept) == ["m2"]
-    assert [t.message_id for t in result.trimmed] == ["m0", "m1"]
+    assert result.trimmed is not None
+    trimmed = result.trimmed
+    assert (trimmed.first_message_id, trimmed.last_message_id, trimmed.count) == ("m0", "m1", 2)
 
 
 def test_token_counter_is_not_called_for_the_trimmed_rest() -> None:
@@ -132,18 +135,24 @@ def test_window_properties(
     )
     result = trim_history(h, window)
     kept, trimmed = list(result.kept), result.trimmed
-    # kept is a suffix; trimmed is exactly the prefix, in order
+    # kept is a suffix; trimmed is exactly the prefix, as one range
     assert kept == h[len(h) - len(kept) :]
-    assert [t.message_id for t in trimmed] == [m.message_id for m in h[: len(h) - len(kept)]]
+    dropped = h[: len(h) - len(kept)]
+    if trimmed is None:
+        assert dropped == []
+    else:
+        assert trimmed.count == len(dropped)
+        assert trimmed.first_message_id == dropped[0].message_id
+        assert trimmed.last_message_id == dropped[-1].message_id
     if h:
         assert kept[-1] is h[-1]  # the current user message is always kept
     if len(kept) > 1:  # beyond the always-kept message, every limit holds
         assert max_messages is None or len(kept) <= max_messages
         assert max_chars is None or sum(len(m.prompt_text) for m in kept) <= max_chars
         assert max_tokens is None or sum(words(m.prompt_text) for m in kept) <= max_tokens
-    if trimmed:
-        # one reason, and the next older message really would break that limit
-        (reason,) = {t.reason for t in trimmed}
+    if trimmed is not None:
+        # the next older message really would break the limit named
+        reason = trimmed.reason
         grown = [h[len(h) - len(kept) - 1], *kept]
         if reason == "max_messages":
             assert max_messages is not None

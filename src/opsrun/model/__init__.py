@@ -98,7 +98,7 @@ from ._prompt import InclusionRecord as InclusionRecord
 from ._prompt import Phase as Phase
 from ._prompt import PromptSnapshot as PromptSnapshot
 from ._prompt import SnapshotMessage as SnapshotMessage
-from ._prompt import TrimmedEntry as TrimmedEntry
+from ._prompt import TrimmedRange as TrimmedRange
 from ._run import AppliedEffect as AppliedEffect
 from ._run import ArtifactRef as ArtifactRef
 from ._run import FailedDetails as FailedDetails
@@ -206,7 +206,7 @@ __all__ = [
     "Tag",
     "TemplateParams",
     "Trigger",
-    "TrimmedEntry",
+    "TrimmedRange",
     "TurnEffect",
     "TurnEffectAdapter",
     "UiPresentation",

@@ -64,11 +64,18 @@ class InclusionRecord(Model):
     ``anchor_trimmed``, ``anchor_out_of_range`` or ``wrap_needs_pre_post``."""
 
 
-class TrimmedEntry(Model):
-    """A history message the window left out of the prompt."""
+class TrimmedRange(Model):
+    """History messages the window left out of the prompt: a run of the oldest ones.
 
-    message_id: str
-    """The chat message."""
+    A range, not a list, so a run's record does not grow with the length of the chat.
+    """
+
+    first_message_id: str
+    """The oldest message left out."""
+    last_message_id: str
+    """The newest message left out (the one just before the kept window)."""
+    count: int = Field(ge=1)
+    """How many messages were left out."""
     reason: str
     """The limit that closed the window: ``max_messages``, ``max_chars`` or ``max_tokens``."""
 
@@ -113,7 +120,7 @@ class PromptSnapshot(Model):
     """True when some ``developer`` message was sent as ``system``."""
     history_window: JsonObject = Field(default_factory=dict)
     """The window limits in force (``maxMessages``, ``maxChars``, ``maxTokens``)."""
-    trimmed: tuple[TrimmedEntry, ...] = ()
-    """History messages the window left out, oldest first."""
+    trimmed: tuple[TrimmedRange, ...] = ()
+    """History messages the window left out, as ranges, oldest first."""
     inclusions: tuple[InclusionRecord, ...] = ()
     """One record per artifact considered for the prompt."""

@@ -15,7 +15,6 @@ from ._effective import to_provider_messages as to_provider_messages
 from ._snapshot import SnapshotPolicy as SnapshotPolicy
 from ._snapshot import take_snapshot as take_snapshot
 from ._window import HistoryWindow as HistoryWindow
-from ._window import TrimmedMessage as TrimmedMessage
 from ._window import TrimReason as TrimReason
 from ._window import TrimResult as TrimResult
 from ._window import trim_history as trim_history
@@ -26,7 +25,6 @@ __all__ = [
     "SnapshotPolicy",
     "TrimReason",
     "TrimResult",
-    "TrimmedMessage",
     "effective_prompt",
     "prompt_hash",
     "take_snapshot",

@@ -21,10 +21,18 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..model import Artifact, ChatMessage, DomainRole, InclusionRecord, PromptEffect, PromptMessage
+from ..model import (
+    Artifact,
+    ChatMessage,
+    DomainRole,
+    InclusionRecord,
+    PromptEffect,
+    PromptMessage,
+    TrimmedRange,
+)
 from ..ports import ProviderMessage
 from ._inclusion import assemble_prompt, plan_inclusions
-from ._window import HistoryWindow, TrimmedMessage, trim_history
+from ._window import HistoryWindow, trim_history
 
 __all__ = [
     "EffectivePrompt",
@@ -41,8 +49,8 @@ class EffectivePrompt:
 
     messages: tuple[PromptMessage, ...]
     """The messages in send order, with domain roles and sources."""
-    trimmed: tuple[TrimmedMessage, ...]
-    """History messages the window left out, oldest first."""
+    trimmed: TrimmedRange | None
+    """The history messages the window left out (the oldest ones), if any."""
     inclusions: tuple[InclusionRecord, ...]
     """One record per artifact considered."""
 
@@ -72,7 +80,7 @@ def effective_prompt(
         TypeError: if an artifact value is not JSON-serialisable.
     """
     kept: tuple[ChatMessage, ...] = tuple(history)
-    trimmed: tuple[TrimmedMessage, ...] = ()
+    trimmed: TrimmedRange | None = None
     if window is not None:
         trim = trim_history(history, window)
         kept, trimmed = trim.kept, trim.trimmed

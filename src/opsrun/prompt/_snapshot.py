@@ -14,10 +14,10 @@ from ..model import (
     PromptMessage,
     PromptSnapshot,
     SnapshotMessage,
-    TrimmedEntry,
+    TrimmedRange,
 )
 from ..ports import ProviderMessage
-from ._window import HistoryWindow, TrimmedMessage
+from ._window import HistoryWindow
 
 __all__ = ["SnapshotPolicy", "take_snapshot"]
 
@@ -62,7 +62,7 @@ def take_snapshot(
     policy: SnapshotPolicy,
     redactor: Redactor,
     window: HistoryWindow | None = None,
-    trimmed: Sequence[TrimmedMessage] = (),
+    trimmed: TrimmedRange | None = None,
     inclusions: Sequence[InclusionRecord] = (),
 ) -> PromptSnapshot:
     """Record ``sent`` (the provider messages, in order) with the provenance of ``messages``.
@@ -74,7 +74,7 @@ def take_snapshot(
         policy: Size limits and the augmentation storage mode.
         redactor: Masks secrets in every kept text.
         window: The history window in force, if any.
-        trimmed: The history messages the window left out.
+        trimmed: The history messages the window left out, if any.
         inclusions: The inclusion records of the prompt's artifacts.
 
     Raises:
@@ -132,7 +132,7 @@ def take_snapshot(
             for m, p in zip(messages, sent, strict=True)
         ),
         history_window=_window_limits(window),
-        trimmed=tuple(TrimmedEntry(message_id=t.message_id, reason=t.reason) for t in trimmed),
+        trimmed=() if trimmed is None else (trimmed,),
         inclusions=tuple(inclusions),
     )
 

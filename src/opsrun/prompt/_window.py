@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal, NamedTuple, TypeAlias
+from typing import Literal, TypeAlias
 
 from .._config import require, require_at_least
-from ..model import ChatMessage
+from ..model import ChatMessage, TrimmedRange
 
-__all__ = ["HistoryWindow", "TrimReason", "TrimResult", "TrimmedMessage", "trim_history"]
+__all__ = ["HistoryWindow", "TrimReason", "TrimResult", "trim_history"]
 
 TrimReason: TypeAlias = Literal["max_messages", "max_chars", "max_tokens"]
 """The limit that closed the window."""
@@ -54,23 +54,15 @@ class HistoryWindow:
         )
 
 
-class TrimmedMessage(NamedTuple):
-    """A history message left out of the window, and the limit that left it out."""
-
-    message_id: str
-    """The chat message."""
-    reason: TrimReason
-    """The limit that closed the window."""
-
-
 @dataclass(frozen=True, slots=True)
 class TrimResult:
     """The outcome of :func:`trim_history`."""
 
     kept: tuple[ChatMessage, ...]
     """The kept messages, oldest first: always a suffix of the history."""
-    trimmed: tuple[TrimmedMessage, ...]
-    """The dropped messages, oldest first, each with the limit that closed the window."""
+    trimmed: TrimmedRange | None
+    """The dropped messages (always the oldest ones) and the limit that closed the
+    window; None when everything fits."""
 
 
 def trim_history(history: Sequence[ChatMessage], window: HistoryWindow) -> TrimResult:
@@ -91,7 +83,7 @@ def trim_history(history: Sequence[ChatMessage], window: HistoryWindow) -> TrimR
     """
     n = len(history)
     if n == 0:
-        return TrimResult(kept=(), trimmed=())
+        return TrimResult(kept=(), trimmed=None)
     max_messages, max_chars, max_tokens = window.max_messages, window.max_chars, window.max_tokens
     counter = window.token_counter
     chars = 0
@@ -117,8 +109,11 @@ def trim_history(history: Sequence[ChatMessage], window: HistoryWindow) -> TrimR
                 break
         start = index
     if reason is None:
-        return TrimResult(kept=tuple(history), trimmed=())
-    return TrimResult(
-        kept=tuple(history[start:]),
-        trimmed=tuple(TrimmedMessage(m.message_id, reason) for m in history[:start]),
+        return TrimResult(kept=tuple(history), trimmed=None)
+    trimmed = TrimmedRange(
+        first_message_id=history[0].message_id,
+        last_message_id=history[start - 1].message_id,
+        count=start,
+        reason=reason,
     )
+    return TrimResult(kept=tuple(history[start:]), trimmed=trimmed)

@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
-from ..model import AppliedEffect, FailedType, InclusionRecord, RunStatus, Usage
+from ..model import AppliedEffect, FailedType, InclusionRecord, RunStatus, TrimmedRange, Usage
 from ._types import (
     ReportArtifacts,
     ReportGeneration,
@@ -185,11 +185,7 @@ def _prompt(prompt: ReportPrompt | None) -> list[str]:
         f"{_count(prompt.history_messages, 'history message')} in the prompt."
     )
     if prompt.trimmed:
-        notes.append(
-            "Trimmed: "
-            + ", ".join(f"{_code(t.message_id)} ({_text(t.reason)})" for t in prompt.trimmed)
-            + "."
-        )
+        notes.append("Trimmed: " + ", ".join(_trimmed(t) for t in prompt.trimmed) + ".")
     out.append(" ".join(notes))
     for m in prompt.messages:
         role = _text(m.role) + ("" if m.role == m.domain_role else f" (as {m.domain_role})")
@@ -204,6 +200,14 @@ def _prompt(prompt: ReportPrompt | None) -> list[str]:
         else:
             out.append(_fenced(m.content))
     return out
+
+
+def _trimmed(trimmed: TrimmedRange) -> str:
+    """``3 messages, `m1` … `m3` (max_messages)``."""
+    span = _code(trimmed.first_message_id)
+    if trimmed.count > 1:
+        span += f" … {_code(trimmed.last_message_id)}"
+    return f"{_count(trimmed.count, 'message')}, {span} ({_text(trimmed.reason)})"
 
 
 def _operations_md(operations: Sequence[ReportOperation]) -> list[str]:

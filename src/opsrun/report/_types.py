@@ -25,7 +25,7 @@ from ..model import (
     RunStatus,
     SkippedReason,
     Trigger,
-    TrimmedEntry,
+    TrimmedRange,
     Usage,
 )
 
@@ -145,7 +145,7 @@ class ReportPrompt(Model):
     """The window limits in force (``maxMessages``, ``maxChars``, ``maxTokens``)."""
     history_messages: int = 0
     """Recorded messages that came from the chat history."""
-    trimmed: tuple[TrimmedEntry, ...] = ()
+    trimmed: tuple[TrimmedRange, ...] = ()
     """History messages the window left out, oldest first, with the limit that did it."""
 
 
