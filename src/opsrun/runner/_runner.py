@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import uuid
+from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
+from operator import attrgetter
 from typing import Any, Literal, TypeVar
 
 import anyio
@@ -407,7 +410,9 @@ class Runner:
         answers it.
         """
         history = await self.chats.history(request.chat_id, request.branch_id)
-        for index, message in enumerate(history):
+        # The turn is usually the newest message: look from the end.
+        for index in range(len(history) - 1, -1, -1) if request.user_message_id else ():
+            message = history[index]
             if message.message_id == user_message_id and message.role == ChatRole.USER:
                 return [*_answered(history[:index], user_message_id), message]
         if request.trigger == Trigger.REGENERATE:
@@ -419,22 +424,32 @@ class Runner:
         return _answered(history, user_message_id)
 
 
+_ROLE_CODES: defaultdict[ChatRole, str] = defaultdict(
+    lambda: "o", {ChatRole.USER: "u", ChatRole.ASSISTANT: "a"}
+)
+_UNFOLLOWED = re.compile("u(?!a)")
+_role = attrgetter("role")
+
+
 def _answered(history: list[ChatMessage], current: str) -> list[ChatMessage]:
     """``history`` without the user messages left unanswered.
 
     A user message is answered when an assistant message names it as its turn, or when
     an assistant message follows it directly (a history the host wrote itself).
     """
-    replied = {m.turn_id for m in history if m.role == ChatRole.ASSISTANT}
-    kept = []
-    for index, message in enumerate(history):
-        if message.role == ChatRole.USER and message.message_id not in replied:
-            after = history[index + 1] if index + 1 < len(history) else None
-            followed = after is not None and after.role == ChatRole.ASSISTANT
-            if not followed and message.message_id != current:
-                continue
-        kept.append(message)
-    return kept
+    # One letter per message, so that user messages not followed by an assistant one are
+    # found by one regular-expression scan (this runs on every turn of a long chat).
+    codes = "".join(map(_ROLE_CODES.__getitem__, map(_role, history)))
+    unfollowed = [match.start() for match in _UNFOLLOWED.finditer(codes)]
+    if not unfollowed:
+        return history
+    replied = {m.turn_id for m in history if m.role is ChatRole.ASSISTANT}
+    dropped = {
+        i
+        for i in unfollowed
+        if history[i].message_id not in replied and history[i].message_id != current
+    }
+    return [m for i, m in enumerate(history) if i not in dropped]
 
 
 def _store(name: str, given: S | None, stores: Stores | None, pick: Callable[[Stores], S]) -> S:

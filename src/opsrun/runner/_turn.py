@@ -70,12 +70,13 @@ class Turn:
     async def refresh(self) -> None:
         """Re-read the user message so committed user variants reach the prompt."""
         ctx = self._ctx
-        refreshed = []
-        for message in self.history:
-            if message.message_id == ctx.meta.user_message_id:
-                message = await ctx.chats.get_message(ctx.meta.chat_id, message.message_id)
-            refreshed.append(message)
-        self.history = refreshed
+        history = self.history
+        # The turn's user message closes the history: look from the end.
+        for index in range(len(history) - 1, -1, -1):
+            if history[index].message_id == ctx.meta.user_message_id:
+                message = await ctx.chats.get_message(ctx.meta.chat_id, ctx.meta.user_message_id)
+                self.history = [*history[:index], message, *history[index + 1 :]]
+                return
 
     async def store_reply(self, call: MainLlmCall) -> MainLlmCall:
         """Store the main LLM's text as the turn's new, selected assistant variant.

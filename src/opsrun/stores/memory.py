@@ -126,21 +126,21 @@ class InMemoryChatStore:
     """Chat messages per (chat, branch), in insertion order."""
 
     def __init__(self) -> None:
-        self._messages: dict[tuple[str, str], ChatMessage] = {}
-        self._branches: dict[tuple[str, str], list[str]] = {}
+        self._messages: dict[tuple[str, str], tuple[ChatMessage, int]] = {}
+        """(chat, message id) -> the message and its position in its branch."""
+        self._branches: dict[tuple[str, str], list[ChatMessage]] = {}
         self._lock = threading.Lock()
 
     async def history(self, chat_id: str, branch_id: str) -> list[ChatMessage]:
         """Return the branch's messages, oldest first."""
         with self._lock:
-            ids = self._branches.get((chat_id, branch_id), [])
-            return [self._messages[(chat_id, mid)] for mid in ids]
+            return list(self._branches.get((chat_id, branch_id), ()))
 
     async def get_message(self, chat_id: str, message_id: str) -> ChatMessage:
         """Return one message. Raises NotFound when missing."""
         with self._lock:
             try:
-                return self._messages[(chat_id, message_id)]
+                return self._messages[(chat_id, message_id)][0]
             except KeyError:
                 raise NotFound(f"no message {message_id!r} in chat {chat_id!r}") from None
 
@@ -148,11 +148,15 @@ class InMemoryChatStore:
         """Append a new message to its branch, or replace an existing one."""
         with self._lock:
             key = (message.chat_id, message.message_id)
-            if key not in self._messages:
-                self._branches.setdefault((message.chat_id, message.branch_id), []).append(
-                    message.message_id
-                )
-            self._messages[key] = message
+            stored = self._messages.get(key)
+            if stored is None:
+                branch = self._branches.setdefault((message.chat_id, message.branch_id), [])
+                position = len(branch)
+                branch.append(message)
+            else:
+                old, position = stored
+                self._branches[(old.chat_id, old.branch_id)][position] = message
+            self._messages[key] = (message, position)
 
 
 class InMemoryRunStore:
