@@ -58,6 +58,7 @@ def make_runner(
     window: HistoryWindow | None = None,
     snapshot: SnapshotPolicy | None = None,
     concurrent_turns: Literal["wait", "refuse"] = "wait",
+    lease_seconds: float = 30.0,
 ) -> Runner:
     """The Runner every test builds: each argument overrides one default.
 
@@ -83,6 +84,7 @@ def make_runner(
         window=window,
         snapshot=snapshot,
         concurrent_turns=concurrent_turns,
+        lease_seconds=lease_seconds,
     )
 
 

@@ -155,9 +155,15 @@ class RunStore(Protocol):
 
         Returns the stored run: ``run`` itself, or the earlier run with that key. A run
         that ended ``aborted`` (a cancelled client, a user abort, a deadline) no longer
-        holds its key: ``run`` takes the key over, so the turn can be retried.
-        Atomic: two concurrent claims with one key yield one winner.
+        holds its key, and neither does a running one whose ``lease_expires_at`` is
+        before ``run.started_at`` (its owner died): that one is stored ``aborted`` with
+        reason ``lease_expired`` and ``run`` takes the key over, so the turn can be
+        retried. Atomic: two concurrent claims with one key yield one winner.
         """
+        ...
+
+    async def renew_lease(self, run_id: str, until: datetime) -> None:
+        """Extend a running run's lease to ``until`` (its owner's heartbeat)."""
         ...
 
     async def save_run(self, run: Run, operation_runs: Sequence[OperationRun]) -> None:

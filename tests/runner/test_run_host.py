@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 import anyio
 import anyio.abc
@@ -22,14 +23,16 @@ from opsrun.model import (
     OperationDefinition,
     OperationResult,
     OperationStatus,
+    Run,
     RunEvent,
     RunRequest,
     RunResult,
     RunStatus,
+    Trigger,
 )
 from opsrun.operations import OperationCatalog, OperationContext, SyncOperation
 from opsrun.ports import MainLlmDone
-from opsrun.runner import Executor, InProcessExecutor, Runner, ThreadExecutor
+from opsrun.runner import Executor, InProcessExecutor, Runner, SystemClock, ThreadExecutor
 from opsrun.runner._runner import _answered
 from opsrun.stores import InMemoryStores
 from opsrun.testing import ScriptedMainLlm
@@ -468,3 +471,63 @@ async def test_debug_data_is_kept_only_where_debug_is_enabled() -> None:
     assert kept["tried"] == 3
     assert key not in str(kept)
     assert result.operation("quiet").debug is None
+
+
+def _orphan(lease_expires_at: datetime) -> Run:
+    """A run of turn ``u1`` whose owner process died while it ran."""
+    return Run(
+        run_id="run_orphan",
+        trigger=Trigger.GENERATE,
+        chat_id="c",
+        branch_id="main",
+        user_message_id="u1",
+        profile_id="p",
+        dedupe_key="c:gen:u1",
+        started_at=datetime(2025, 12, 31, tzinfo=UTC),
+        lease_expires_at=lease_expires_at,
+    )
+
+
+@pytest.mark.anyio
+async def test_a_retry_takes_over_a_turn_whose_owner_stopped_renewing_its_lease() -> None:
+    stores = InMemoryStores()
+    await use_profile(stores)
+    runner = make_runner(stores=stores)  # its fake clock reads 2026-01-01
+    await stores.runs.claim(_orphan(datetime(2025, 12, 31, 0, 1, tzinfo=UTC)))
+    result = await runner.run(generate(user_message_id="u1"))
+    assert (result.status, result.deduplicated) == (RunStatus.DONE, False)
+    orphan = await runner.result("run_orphan")
+    assert (orphan.run.status, orphan.run.abort_reason) == (RunStatus.ABORTED, "lease_expired")
+
+
+@pytest.mark.anyio
+async def test_a_turn_whose_owner_still_holds_the_lease_is_not_taken_over() -> None:
+    stores = InMemoryStores()
+    await use_profile(stores)
+    runner = make_runner(stores=stores)
+    await stores.runs.claim(_orphan(datetime(2026, 1, 1, 0, 1, tzinfo=UTC)))
+    result = await runner.run(generate(user_message_id="u1"))
+    assert (result.run.run_id, result.deduplicated) == ("run_orphan", True)
+    assert result.run.status == RunStatus.RUNNING
+
+
+@pytest.mark.anyio
+async def test_a_running_run_renews_its_lease() -> None:
+    stores = InMemoryStores()
+    seen: list[datetime | None] = []
+    catalog = OperationCatalog()
+
+    @catalog.function("slow", name="Slow")
+    async def slow(ctx: OperationContext) -> OperationResult:
+        await anyio.sleep(0.2)
+        stored, _ = await stores.runs.get_run(ctx.run.run_id)
+        seen.append(stored.lease_expires_at)
+        return OperationResult.done()
+
+    await use_profile(stores, op("slow", B))
+    runner = make_runner(stores=stores, catalog=catalog, clock=SystemClock(), lease_seconds=0.03)
+    result = await runner.run(generate())
+    (renewed,) = seen
+    assert result.run.lease_expires_at is not None
+    assert renewed is not None
+    assert renewed > result.run.lease_expires_at

@@ -263,7 +263,11 @@ class Run(Model):
     failed_details: FailedDetails | None = None
     """Why, bounded."""
     abort_reason: str | None = None
-    """``user_abort`` or ``deadline`` when aborted."""
+    """Why it was aborted: ``user_abort``, ``deadline``, ``cancelled`` (by its caller) or
+    ``lease_expired`` (its owner stopped renewing it)."""
+    lease_expires_at: datetime | None = None
+    """While it runs: until when its owner holds it. The owner renews the lease as the run
+    goes on; a retry of the same turn after the lease expired takes the turn over."""
     started_at: datetime
     """When it started."""
     finished_at: datetime | None = None

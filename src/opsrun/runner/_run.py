@@ -9,9 +9,11 @@ chat messages). The :class:`Scheduler` executes hooks; the main LLM call is one 
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import datetime, timedelta
 from types import MappingProxyType
 
 import anyio
+from pydantic import TypeAdapter
 
 from ..model import (
     FailedDetails,
@@ -46,6 +48,9 @@ from ._turn import Turn
 
 __all__ = ["FINISH_SECONDS", "RunDriver"]
 
+_INSTANT: TypeAdapter[datetime] = TypeAdapter(datetime)
+"""Reads a host clock's value as a ``datetime`` (as the run's own fields do)."""
+
 FINISH_SECONDS = 5.0
 """How long a run cancelled from outside may take to record itself as aborted."""
 
@@ -63,6 +68,7 @@ class RunDriver:
         runs: RunStore,
         emitter: EventEmitter,
         turn: Turn,
+        lease_seconds: float,
     ) -> None:
         self._ctx = ctx
         self._profile = profile
@@ -70,6 +76,7 @@ class RunDriver:
         self._runs = runs
         self._emitter = emitter
         self._turn = turn
+        self._lease_seconds = lease_seconds
         self._cancellation = Cancellation(ctx.abort)
         self._ledger = OperationLedger(emitter=emitter, redactor=ctx.redactor, now=ctx.clock.now)
         self._staging = Staging(ctx)
@@ -80,6 +87,8 @@ class RunDriver:
         self.run = run
         self.result = RunResult(run=run)
         self._finished = False
+        self._over = anyio.Event()
+        """Set once the phases are over: the lease and deadline watchers end."""
 
     async def drive(self) -> None:
         """Run every phase; the run is finished and stored when this returns.
@@ -94,10 +103,12 @@ class RunDriver:
                 deadline_ms = self._ctx.request.deadline_ms
                 if deadline_ms is not None:
                     tg.start_soon(self._deadline_watch, deadline_ms / 1000)
+                tg.start_soon(self._heartbeat)
                 try:
                     await self._phases()
                 finally:
-                    tg.cancel_scope.cancel()
+                    # The watchers end on their own (no cancellation, no leftover cycle).
+                    self._over.set()
         except anyio.get_cancelled_exc_class():
             if not self._finished:
                 self._ctx.abort.abort("cancelled")
@@ -108,9 +119,22 @@ class RunDriver:
         finally:
             self._cancellation.close()
 
+    async def _heartbeat(self) -> None:
+        """Renew the run's lease every third of its length while the run goes on."""
+        lease = timedelta(seconds=self._lease_seconds)
+        while True:
+            with anyio.move_on_after(self._lease_seconds / 3):
+                await self._over.wait()
+            if self._over.is_set():
+                return
+            until = _INSTANT.validate_python(self._ctx.clock.now()) + lease
+            await self._runs.renew_lease(self.run.run_id, until)
+
     async def _deadline_watch(self, seconds: float) -> None:
-        await anyio.sleep(seconds)
-        self._ctx.abort.abort("deadline")
+        with anyio.move_on_after(seconds):
+            await self._over.wait()
+        if not self._over.is_set():
+            self._ctx.abort.abort("deadline")
 
     async def _phases(self) -> None:
         self._phase(RunPhase.PLANNING)

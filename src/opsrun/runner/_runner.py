@@ -7,13 +7,13 @@ import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from operator import attrgetter
 from typing import Any, Literal, TypeVar
 
 import anyio
 
-from .._config import require
+from .._config import require, require_at_least
 from .._redact import DEFAULT_REDACTOR, Redactor
 from ..errors import ConfigError, NotFound, ProfileInvalid, RunError, bound_details
 from ..model import (
@@ -97,10 +97,14 @@ class Runner:
         concurrent_turns: What a run does while another run holds its chat branch:
             ``"wait"`` its turn (the default) or ``"refuse"`` (``StoreError`` with code
             ``branch_busy``).
+        lease_seconds: How long a run's lease lasts; the runner renews it every third
+            of that while the run goes on. A run whose process died stops renewing, and
+            a retry of its turn after the lease expired takes the turn over.
 
     Raises:
         ConfigError: a store is missing (neither in ``stores`` nor given on its own), or
-            ``concurrent_turns`` is neither ``"wait"`` nor ``"refuse"``.
+            ``concurrent_turns`` is neither ``"wait"`` nor ``"refuse"``, or
+            ``lease_seconds`` is not positive.
     """
 
     def __init__(
@@ -123,6 +127,7 @@ class Runner:
         window: HistoryWindow | None = None,
         snapshot: SnapshotPolicy | None = None,
         concurrent_turns: Literal["wait", "refuse"] = "wait",
+        lease_seconds: float = 30.0,
     ) -> None:
         self.catalog = catalog
         self.profiles = _store("profiles", profiles, stores, lambda s: s.profiles)
@@ -139,10 +144,11 @@ class Runner:
         self.summarize = summarize or self._summarize
         self.window = window
         self.snapshot = snapshot or SnapshotPolicy()
-        require(
-            self, "concurrent_turns", concurrent_turns in ("wait", "refuse"), '"wait" or "refuse"'
-        )
         self.concurrent_turns = concurrent_turns
+        known = concurrent_turns in ("wait", "refuse")
+        require(self, "concurrent_turns", known, '"wait" or "refuse"')
+        self.lease_seconds = lease_seconds
+        require_at_least(self, 0.001, "lease_seconds")
         self._active: dict[str, AbortSignal] = {}
         self._finished: dict[str, anyio.Event] = {}
         # Profiles are immutable: validation results are cached per profile object.
@@ -276,6 +282,7 @@ class Runner:
     ) -> RunResult:
         user_message_id = request.user_message_id or self.ids.new_id("msg")
         history = await self._turn_history(request, user_message_id)
+        now = self.clock.now()
         run = Run(
             run_id=self.ids.new_id("run"),
             trigger=request.trigger,
@@ -287,8 +294,10 @@ class Runner:
             operation_profile_session_id=profile.operation_profile_session_id if profile else None,
             dedupe_key=request.dedupe_key,
             initiator=request.initiator,
-            started_at=self.clock.now(),
+            started_at=now,
         )
+        lease = timedelta(seconds=self.lease_seconds)
+        run = run.model_copy(update={"lease_expires_at": run.started_at + lease})
         stored = await self.runs.claim(run)
         if stored.run_id != run.run_id:
             finished = self._finished.get(stored.run_id)
@@ -321,6 +330,7 @@ class Runner:
             runs=self.runs,
             emitter=emitter,
             turn=Turn(ctx, history),
+            lease_seconds=self.lease_seconds,
         )
         self._active[run.run_id] = signal
         self._finished[run.run_id] = anyio.Event()

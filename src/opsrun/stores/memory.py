@@ -159,6 +159,14 @@ class InMemoryChatStore:
             self._messages[key] = (message, position)
 
 
+def _holds(held: Run, claimant: Run) -> bool:
+    """True while ``held`` keeps its turn key against ``claimant``."""
+    if held.status == RunStatus.ABORTED:
+        return False
+    lease = held.lease_expires_at
+    return held.status != RunStatus.RUNNING or lease is None or lease >= claimant.started_at
+
+
 class InMemoryRunStore:
     """Runs, operation runs and events; ``delete_run`` forgets everything of a run."""
 
@@ -174,13 +182,20 @@ class InMemoryRunStore:
     async def claim(self, run: Run) -> Run:
         """Insert ``run`` unless its dedupe key is held; return the stored run.
 
-        A run that ended ``aborted`` does not hold its key any more.
+        A run that ended ``aborted``, or whose lease expired before ``run`` started,
+        does not hold its key any more (see :class:`~opsrun.ports.RunStore`).
         """
         with self._lock:
             if run.dedupe_key:
                 existing = self._by_key.get(run.dedupe_key)
-                if existing is not None and self._runs[existing].status != RunStatus.ABORTED:
-                    return self._runs[existing]
+                if existing is not None:
+                    held = self._runs[existing]
+                    if _holds(held, run):
+                        return held
+                    if held.status == RunStatus.RUNNING:
+                        self._runs[existing] = held.model_copy(
+                            update={"status": RunStatus.ABORTED, "abort_reason": "lease_expired"}
+                        )
                 self._by_key[run.dedupe_key] = run.run_id
             self._runs[run.run_id] = run
             self._operation_runs.setdefault(run.run_id, [])
@@ -192,6 +207,13 @@ class InMemoryRunStore:
         with self._lock:
             self._runs[run.run_id] = run
             self._operation_runs[run.run_id] = list(operation_runs)
+
+    async def renew_lease(self, run_id: str, until: datetime) -> None:
+        """Extend a running run's lease (no effect on a finished or unknown run)."""
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is not None and run.status == RunStatus.RUNNING:
+                self._runs[run_id] = run.model_copy(update={"lease_expires_at": until})
 
     @asynccontextmanager
     async def hold_branch(
