@@ -94,7 +94,11 @@ async def test_credentials_and_keys_stay_out_of_every_record(provider_fails: boo
         "writeArtifact": artifact("panel"),
         "promptEffect": {"type": "prompt.system_update", "mode": "append"},
     }
-    broken_template = {"template": f"{{{{ '{KEY}' | no_such_filter }}}}", "strictVariables": True}
+    # fails only while rendering (strict variables), with the key in its source
+    broken_template = {
+        "template": f"{{{{ '{KEY}' | append: not_defined }}}}",
+        "strictVariables": True,
+    }
     operations = (
         ProfileOperation(
             operation_id="aux", config=OperationConfig(hooks=(B,), order=1, params=llm_params)

@@ -246,3 +246,22 @@ def test_uniq_is_linear_and_standard(engine: TemplateEngine) -> None:
     assert engine.render("{{ x | uniq: 'n' | size }}", {"x": people}) == "2"
     assert engine.render("{{ x | uniq | size }}", {"x": people}) == "2"
     assert engine.render("{{ (1..40000) | uniq | size }}") == "40000"
+
+
+def test_problems_name_unknown_filters_with_their_position() -> None:
+    engine = TemplateEngine()
+    source = "ok {{ x | upcase }}\n{{ y | nosuch: 2 }} {{ h | last: 3 | transcript }}"
+    assert engine.problems(source) == ["unknown filter 'nosuch' at line 2, column 8"]
+    assert engine.problems("{{ a | b }}{{ c | b }}") == [
+        "unknown filter 'b' at line 1, column 8",
+        "unknown filter 'b' at line 1, column 19",
+    ]
+
+
+def test_problems_of_a_template_that_does_not_parse_are_its_parse_error() -> None:
+    (problem,) = TemplateEngine().problems("line\n{% if %}")
+    assert "line 2" in problem
+
+
+def test_a_valid_template_has_no_problems() -> None:
+    assert TemplateEngine().problems("{% for m in chatHistory %}{{ m.content }}{% endfor %}") == []

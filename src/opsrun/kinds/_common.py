@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias
 
 from .._redact import Redactor
-from ..errors import TemplateError, bound_text
+from ..errors import bound_text
 from ..model import (
     AppendAfterLastUser,
     AppendAfterLastUserTarget,
@@ -136,13 +136,11 @@ def prompt_effect_problem(ctx: OperationContext[Any], has_target: bool) -> str |
 def template_problems(
     engine: TemplateEngine, templates: Mapping[str, str | None], *, strict_variables: bool
 ) -> list[str]:
-    """Why each named template does not parse: ``"<field>: <error>"``, with its position."""
-    problems = []
-    for field_name, source in templates.items():
-        if source is None:
-            continue
-        try:
-            engine.parse(source, strict_variables=strict_variables)
-        except TemplateError as exc:
-            problems.append(f"{field_name}: {exc.message}")
-    return problems
+    """What is wrong in each named template before it renders: a parse error or an
+    unknown filter, as ``"<field>: <problem>"`` with its line and column."""
+    return [
+        f"{field_name}: {problem}"
+        for field_name, source in templates.items()
+        if source is not None
+        for problem in engine.problems(source, strict_variables=strict_variables)
+    ]

@@ -616,6 +616,28 @@ class TemplateEngine:
                 self._cache.popitem(last=False)
         return template
 
+    def problems(self, source: str, *, strict_variables: bool = False) -> list[str]:
+        """What would fail in ``source`` before any data is known, for save-time checks.
+
+        A template that does not parse gives its parse error; one that parses gives one
+        problem per use of a filter this engine does not have, with its line and column.
+        Never raises.
+        """
+        try:
+            template = self.parse(source, strict_variables=strict_variables)
+        except TemplateError as exc:
+            return [exc.message]
+        known = self._envs[strict_variables].filters
+        problems = []
+        for name, spans in template.analyze().filters.items():
+            if name in known:
+                continue
+            for span in spans:
+                line = source.count("\n", 0, span.index) + 1
+                column = span.index - (source.rfind("\n", 0, span.index) + 1) + 1
+                problems.append(f"unknown filter {name!r} at line {line}, column {column}")
+        return problems
+
     def render(
         self,
         source: str,
