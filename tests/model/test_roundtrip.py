@@ -287,7 +287,6 @@ CASES: list[tuple[type[BaseModel], dict[str, Any]]] = [
             "writesArtifact": True,
             "writeTag": "is_combat",
             "promptEffects": False,
-            "turnEffects": True,
         },
     ),
     (

@@ -28,6 +28,7 @@ from opsrun.model import (
     RunRequest,
     RunResult,
     RunStatus,
+    SkippedReason,
     Trigger,
 )
 from opsrun.operations import OperationCatalog, OperationContext, SyncOperation
@@ -531,3 +532,19 @@ async def test_a_running_run_renews_its_lease() -> None:
     assert result.run.lease_expires_at is not None
     assert renewed is not None
     assert renewed > result.run.lease_expires_at
+
+
+@pytest.mark.anyio
+async def test_an_operation_may_skip_itself_for_a_policy() -> None:
+    catalog = OperationCatalog()
+
+    @catalog.function("moderated", name="Moderated")
+    async def moderated(ctx: OperationContext) -> OperationResult:
+        return OperationResult.skipped(SkippedReason.POLICY)
+
+    stores = InMemoryStores()
+    await use_profile(stores, op("moderated", B, required=True))
+    result = await make_runner(stores=stores, catalog=catalog).run(generate())
+    record = result.operation("moderated")
+    assert (record.status, record.skipped_reason) == (OperationStatus.SKIPPED, "policy")
+    assert result.status == RunStatus.FAILED  # a required operation that did not run

@@ -36,14 +36,26 @@ class OperationStatus(StrEnum):
 
 
 class SkippedReason(StrEnum):
-    """Why an operation ended ``skipped`` without running (or without effect)."""
+    """Why an operation ended ``skipped`` without running (or without effect).
+
+    The runner sets ``disabled``, ``trigger_mismatch``, ``dependency_failed`` and
+    ``main_llm_not_run``; an operation sets ``condition_false`` (the default of
+    ``OperationResult.skipped()``) or ``policy`` itself.
+    """
 
     DISABLED = "disabled"
+    """Its configuration has ``enabled: false``."""
     TRIGGER_MISMATCH = "trigger_mismatch"
+    """It does not run on this run's trigger."""
     CONDITION_FALSE = "condition_false"
+    """It decided there was nothing to do."""
     DEPENDENCY_FAILED = "dependency_failed"
+    """An optional operation whose dependency did not end ``done``."""
     MAIN_LLM_NOT_RUN = "main_llm_not_run"
+    """An after-hook operation of a run whose main LLM did not answer."""
     POLICY = "policy"
+    """It declined to run under a policy of the host or of its content (an operation
+    returns ``OperationResult.skipped(SkippedReason.POLICY)``)."""
 
 
 class RunStatus(StrEnum):

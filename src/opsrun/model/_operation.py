@@ -19,9 +19,8 @@ class OperationCapabilities(Model):
     write_tag: str | None = None
     """The tag it writes, when fixed by the definition rather than by params."""
     prompt_effects: bool = False
-    """True when it returns prompt-time effects (only valid in ``before_main_llm``)."""
-    turn_effects: bool = False
-    """True when it returns turn canonicalization effects."""
+    """True when it returns prompt-time effects: a profile that puts it in
+    ``after_main_llm`` is refused when validated."""
 
 
 class OperationDefinition(Model):
