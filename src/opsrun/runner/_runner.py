@@ -8,6 +8,7 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from operator import attrgetter
 from typing import Any, Literal, TypeVar
 
@@ -46,7 +47,7 @@ from ._context import RunContext
 from ._events import EventEmitter
 from ._executor import Executor, InProcessExecutor
 from ._run import FINISH_SECONDS, RunDriver
-from ._stream import BUFFER, RunEvents, Tee
+from ._stream import BUFFER, RunEvents
 from ._turn import Turn
 
 __all__ = ["Runner", "SystemClock", "UuidIds"]
@@ -249,15 +250,8 @@ class Runner:
         send, receive = anyio.create_memory_object_stream[RunEvent](BUFFER)
         events = RunEvents(receive)
         async with anyio.create_task_group() as tg:
-
-            async def execute() -> None:
-                async with send:
-                    try:
-                        events._result = await self._run(request, abort, Tee(send, self.events))
-                    except Exception as exc:  # handed to the reader as it iterates
-                        events._error = exc
-
-            tg.start_soon(execute)
+            run = partial(self._run, request, abort)
+            tg.start_soon(events.collect, send, run, self.events)
             try:
                 async with receive:
                     yield events
@@ -282,7 +276,6 @@ class Runner:
     ) -> RunResult:
         user_message_id = request.user_message_id or self.ids.new_id("msg")
         history = await self._turn_history(request, user_message_id)
-        now = self.clock.now()
         run = Run(
             run_id=self.ids.new_id("run"),
             trigger=request.trigger,
@@ -294,7 +287,7 @@ class Runner:
             operation_profile_session_id=profile.operation_profile_session_id if profile else None,
             dedupe_key=request.dedupe_key,
             initiator=request.initiator,
-            started_at=now,
+            started_at=self.clock.now(),
         )
         lease = timedelta(seconds=self.lease_seconds)
         run = run.model_copy(update={"lease_expires_at": run.started_at + lease})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
 
 import anyio
@@ -10,7 +11,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from ..model import RunEvent, RunResult
 from ..ports import EventSink
 
-__all__ = ["RunEvents", "Tee"]
+__all__ = ["BUFFER", "RunEvents", "Tee"]
 
 BUFFER = 256
 """Events buffered for a slow reader before the run's event delivery waits for it."""
@@ -39,6 +40,22 @@ class RunEvents:
             if self._error is not None:
                 raise self._error from None
             raise StopAsyncIteration from None
+
+    async def collect(
+        self,
+        send: MemoryObjectSendStream[RunEvent],
+        run: Callable[[EventSink], Awaitable[RunResult]],
+        sink: EventSink | None,
+    ) -> None:
+        """Execute ``run`` with a sink feeding this reader (and ``sink``); keep its result.
+
+        An error of the run is kept too: the reader gets it at the end of the events.
+        """
+        async with send:
+            try:
+                self._result = await run(Tee(send, sink))
+            except Exception as exc:  # handed to the reader as it iterates
+                self._error = exc
 
     @property
     def result(self) -> RunResult:
