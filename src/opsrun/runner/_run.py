@@ -179,7 +179,8 @@ class RunDriver:
         for e in self._ledger:
             if e.terminal:
                 self._ledger.announce(e)
-        await self._runs.save_run(self.run, self._records())
+        # Operation records are stored when the run finishes; events carry the progress.
+        await self._runs.save_run(self.run, [])
 
     def _plan_operation(self, operation_id: str, config: OperationConfig) -> list[OpExec]:
         """One :class:`OpExec` per hook of the operation, ended when it is not to run."""
