@@ -141,3 +141,14 @@ def test_a_long_repr_is_bounded_too() -> None:
 
 def test_keys_become_strings() -> None:
     assert bound_details({"m": {1: "a", None: "b"}}) == {"m": {"1": "a", "None": "b"}}
+
+
+def test_provider_errors_say_whether_a_retry_may_help() -> None:
+    from opsrun.errors import ProviderError, ProviderTimeout, ProviderUnavailable, RateLimited
+
+    assert ProviderTimeout("slow").retryable
+    assert RateLimited("wait", retry_after=2.0).retryable
+    assert ProviderUnavailable("503").retryable
+    assert not ProviderError("bad request", code="bad_request").retryable
+    assert ProviderError("overloaded", retryable=True).retryable
+    assert ProviderUnavailable("down").code == "provider_unavailable"

@@ -16,8 +16,9 @@ The tree::
     ├── OperationFailed             an operation implementation's own error (has a code)
     ├── TemplateError               a Liquid template failed to parse or render
     ├── ProviderError               an LLM provider call failed
-    │   ├── ProviderTimeout
-    │   ├── RateLimited             carries ``retry_after`` seconds when known
+    │   ├── ProviderTimeout         retryable
+    │   ├── ProviderUnavailable     a server error or overload; retryable
+    │   ├── RateLimited             retryable; carries ``retry_after`` seconds when known
     │   └── ResponseFormatRejected  the provider refused the requested response format
     └── PlanError                   an LLM edit plan is malformed or invalid (ERR_* codes)
         ├── PatchError              a unified diff is malformed or does not apply
@@ -41,6 +42,7 @@ __all__ = [
     "ProfileInvalid",
     "ProviderError",
     "ProviderTimeout",
+    "ProviderUnavailable",
     "RateLimited",
     "ResponseFormatRejected",
     "RunError",
@@ -197,25 +199,57 @@ class TemplateError(OpsrunError):
 
 
 class ProviderError(OpsrunError):
-    """An LLM provider call failed (``provider_error``)."""
+    """An LLM provider call failed (``provider_error``).
+
+    Adapters map their client's failures to a subclass or to a stable ``code`` here:
+    ``provider_auth`` (bad or missing credentials), ``context_length_exceeded`` (the
+    prompt is too long for the model), ``content_filter`` (the provider refused the
+    content), ``bad_request`` (any other rejected request), ``provider_error``.
+
+    Attributes:
+        retryable: True when the same call may succeed later (a timeout, a rate limit,
+            an unavailable or overloaded server); retries only repeat such failures.
+    """
 
     default_code = "provider_error"
+    default_retryable = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        details: Mapping[str, Any] | None = None,
+        retryable: bool | None = None,
+    ) -> None:
+        super().__init__(message, code=code, details=details)
+        self.retryable: bool = self.default_retryable if retryable is None else retryable
 
 
 class ProviderTimeout(ProviderError):
-    """The provider did not answer in time (``timeout``)."""
+    """The provider did not answer in time (``timeout``); retryable."""
 
     default_code = "timeout"
+    default_retryable = True
+
+
+class ProviderUnavailable(ProviderError):
+    """The provider could not serve the call now (``provider_unavailable``): a server
+    error, an overloaded service or a dropped connection; retryable."""
+
+    default_code = "provider_unavailable"
+    default_retryable = True
 
 
 class RateLimited(ProviderError):
-    """The provider rate-limited the call (``rate_limited``).
+    """The provider rate-limited the call (``rate_limited``); retryable.
 
     Attributes:
         retry_after: Seconds the provider asked to wait, when it said.
     """
 
     default_code = "rate_limited"
+    default_retryable = True
 
     def __init__(
         self,

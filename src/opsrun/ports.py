@@ -14,13 +14,16 @@ from datetime import datetime
 from typing import Any, Literal, Protocol, TypeAlias
 
 from .model import (
+    ArchivedVersion,
     Artifact,
     ArtifactVersion,
     ChatMessage,
+    ChatSummary,
     OperationProfile,
     OperationProfileSession,
     OperationProfileSessionKey,
     OperationRun,
+    Page,
     Run,
     RunEvent,
     Samplers,
@@ -126,9 +129,25 @@ class ArtifactArchive(Protocol):
         """
         ...
 
+    async def versions(self, key: OperationProfileSessionKey, tag: str) -> list[ArchivedVersion]:
+        """Return the kept versions of ``art.<tag>`` in the session ``key``, newest first.
+
+        Each comes with the run whose write pruned it; a version archived twice is
+        listed once. Empty when none were kept.
+
+        Raises:
+            StoreError: the archive could not be read.
+        """
+        ...
+
 
 class ChatStore(Protocol):
-    """Chat messages with variants, per chat and branch."""
+    """Chat messages with variants, per chat and branch.
+
+    A message's variants are ``(await get_message(chat_id, message_id)).variants``.
+    Editing a message is saving it again with the same id (``save_message``): it keeps
+    its place in its branch.
+    """
 
     async def history(self, chat_id: str, branch_id: str) -> list[ChatMessage]:
         """Return the branch's messages, oldest first."""
@@ -144,6 +163,36 @@ class ChatStore(Protocol):
 
     async def save_message(self, message: ChatMessage) -> None:
         """Insert a message at the end of its branch, or replace it if its id exists."""
+        ...
+
+    async def delete_message(self, chat_id: str, message_id: str) -> None:
+        """Remove a message from its branch; the messages after it move up one place.
+
+        Runs that used the message keep their records: their prompt snapshot keeps its
+        hash, and ``Runner.explain`` then shows no text for it. Artifacts belong to
+        profile sessions and are unaffected. A deleted user message is no longer a turn:
+        regenerating it raises ``RunError`` (``turn_not_found``).
+
+        Raises:
+            NotFound: there is no such message in the chat.
+        """
+        ...
+
+    async def list_chats(self, *, limit: int = 50, cursor: str | None = None) -> Page[ChatSummary]:
+        """Return a page of the chats that have messages, most recently written first.
+
+        A write is a ``save_message`` (new or edited) or a ``delete_message``; the store
+        orders writes itself, so the order holds even within one clock tick. A chat
+        written while you page moves to the front and shows up on a new first page.
+
+        Args:
+            limit: The most chats the page holds (1 or more).
+            cursor: ``next_cursor`` of the previous page; None for the first page.
+
+        Raises:
+            ConfigError: ``limit`` is below 1.
+            StoreError: the cursor is not one this query made (code ``bad_cursor``).
+        """
         ...
 
 
@@ -185,7 +234,11 @@ class RunStore(Protocol):
         ...
 
     async def append_events(self, run_id: str, events: Sequence[RunEvent]) -> None:
-        """Append events to the run's log (they arrive in ``seq`` order)."""
+        """Append events to the run's log (they arrive in ``seq`` order).
+
+        An event whose ``seq`` is already stored is kept once (a retried batch adds
+        nothing twice). Wakes the run's followers (:meth:`follow`).
+        """
         ...
 
     async def get_run(self, run_id: str) -> tuple[Run, list[OperationRun]]:
@@ -202,6 +255,61 @@ class RunStore(Protocol):
 
     async def delete_run(self, run_id: str) -> None:
         """Forget the run, its operation runs and events (no error when absent)."""
+        ...
+
+    async def list_runs(
+        self, chat_id: str, *, limit: int = 50, cursor: str | None = None
+    ) -> Page[Run]:
+        """Return a page of the chat's runs (every branch), newest first.
+
+        Newest by ``started_at``; runs that started at the same time are ordered by run
+        id, descending.
+
+        Args:
+            chat_id: The chat.
+            limit: The most runs the page holds (1 or more).
+            cursor: ``next_cursor`` of the previous page; None for the first page.
+
+        Raises:
+            ConfigError: ``limit`` is below 1.
+            StoreError: the cursor is not one this query made (code ``bad_cursor``).
+        """
+        ...
+
+    async def prune_runs(
+        self, *, older_than: datetime | None = None, keep_last: int | None = None
+    ) -> int:
+        """Delete finished runs, with their operation runs and events; return how many.
+
+        A run is deleted when it is finished (not ``running``) and every given rule
+        selects it: ``older_than`` selects runs that started before that time,
+        ``keep_last`` the runs of a chat after its newest ``keep_last`` (counted over
+        all the chat's runs, running ones included, in :meth:`list_runs` order). So
+        ``older_than=month_ago, keep_last=10`` deletes runs older than a month but
+        keeps the last ten of every chat. A running run is never deleted, even one
+        whose process died. A deleted run frees its turn key, like :meth:`delete_run`.
+
+        Raises:
+            ConfigError: neither rule is given, or ``keep_last`` is below 0.
+        """
+        ...
+
+    def follow(self, run_id: str, *, after_seq: int = 0) -> AsyncIterator[RunEvent]:
+        """Yield the run's events with ``seq`` above ``after_seq``, then each new one as it
+        is appended, in ``seq`` order, each once; end after ``run.finished``.
+
+        Works while the run executes elsewhere: in another task, or, with a store
+        shared by several processes, in another process. Resuming with the ``seq`` of
+        the last event received (``after_seq=``) continues without gaps or repeats. A
+        run already finished yields its remaining events and ends. The iteration also
+        ends when the run's turn was taken over after its process died (it is stored
+        ``aborted`` with reason ``lease_expired`` and will not finish); wrap it in
+        ``anyio.fail_after`` to bound the wait for a run that may hang.
+
+        Raises:
+            NotFound: there is no such run, or it was deleted while followed (raised
+                by the iteration).
+        """
         ...
 
 

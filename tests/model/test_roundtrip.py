@@ -541,6 +541,17 @@ CASES: list[tuple[type[BaseModel], dict[str, Any]]] = [
         {"code": "dependency_cycle", "operationId": "a", "message": "dependency cycle: a → b → a"},
     ),
     (m.ProfileIssue, {"code": "empty_profile_id", "operationId": None, "message": "empty"}),
+    # store queries
+    (
+        m.ArchivedVersion,
+        {"version": {"version": 2, "value": {"hp": 10}, "createdAt": TS}, "runId": "run-1"},
+    ),
+    (
+        m.ChatSummary,
+        {"chatId": "chat-1", "messageCount": 4, "lastMessageId": "msg-a2", "updatedAt": TS},
+    ),
+    (m.Page, {"items": [1, "two"], "nextCursor": "WyJydW5zIl0"}),
+    (m.Page[m.ChatSummary], {"items": [], "nextCursor": None}),
 ]
 
 EVENT_TYPES = [

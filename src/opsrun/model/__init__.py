@@ -108,6 +108,9 @@ from ._run import Run as Run
 from ._run import RunRequest as RunRequest
 from ._run import RunResult as RunResult
 from ._run import Usage as Usage
+from ._store import ArchivedVersion as ArchivedVersion
+from ._store import ChatSummary as ChatSummary
+from ._store import Page as Page
 
 
 def profile_json_schema() -> dict[str, Any]:
@@ -122,6 +125,7 @@ __all__ = [
     "AppendAfterLastUser",
     "AppendAfterLastUserTarget",
     "AppliedEffect",
+    "ArchivedVersion",
     "Artifact",
     "ArtifactRef",
     "ArtifactUsage",
@@ -135,6 +139,7 @@ __all__ = [
     "Budget",
     "ChatMessage",
     "ChatRole",
+    "ChatSummary",
     "ContentFormat",
     "DebugConfig",
     "DomainRole",
@@ -172,6 +177,7 @@ __all__ = [
     "OperationStatus",
     "OutputSpec",
     "OverwriteRetention",
+    "Page",
     "Phase",
     "ProfileIssue",
     "ProfileIssueCode",

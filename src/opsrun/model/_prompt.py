@@ -19,9 +19,11 @@ InclusionAction: TypeAlias = Literal["insert", "replace", "wrap", "merge_section
 
 
 class AugmentationStorage(StrEnum):
-    """How prompt-only augmentation (effects, artifact inclusions) is kept in records.
+    """How a recorded prompt message keeps its text.
 
-    Working notes are never stored raw by default.
+    Prompt-only augmentation (effects, artifact inclusions) follows the snapshot
+    policy; working notes are never stored raw by default. History messages are kept
+    by reference: the chat store already has their text.
     """
 
     REDACTED = "redacted"
@@ -30,6 +32,9 @@ class AugmentationStorage(StrEnum):
     """Only a short redacted opening of the text, plus its length and hash."""
     HASH_ONLY = "hash_only"
     """No text at all: length and sha256 only."""
+    REFERENCE = "reference"
+    """No text: a history message sent as the chat store holds it, named by
+    ``source.messageId``; ``sha256`` tells whether the stored text is still the one sent."""
 
 
 class InclusionRecord(Model):
@@ -88,8 +93,8 @@ class SnapshotMessage(Model):
     domain_role: DomainRole
     """Its domain role (differs from ``role`` when ``developer`` was mapped to ``system``)."""
     content: str | None
-    """The kept text (see ``storage``); None when only the hash is kept (``hash_only``, or
-    the snapshot's size limit was spent)."""
+    """The kept text (see ``storage``); None for a history message kept by reference and
+    when only the hash is kept (``hash_only``, or the snapshot's size limit was spent)."""
     chars: int = Field(ge=0)
     """Length of the text actually sent."""
     sha256: str

@@ -183,6 +183,9 @@ class MainLlmCall(Model):
     """The final text (possibly partial when aborted)."""
     usage: Usage | None = None
     """Token usage."""
+    attempts: int = Field(default=0, ge=0)
+    """Calls made to the main LLM: 1, plus one per retry (0 when the call did not start,
+    and in records stored before attempts were counted)."""
     assistant_message_id: str | None = None
     """The assistant message of the turn."""
     assistant_variant_id: str | None = None

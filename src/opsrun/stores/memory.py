@@ -3,34 +3,51 @@
 Each method completes without yielding to the event loop and takes a lock, so
 concurrent runs (tasks or threads) see atomic reads and compare-and-set writes. Chat
 branches are held with one ``anyio.Lock`` each, so the one-run-per-branch rule holds
-among the runs of one event loop.
-Records are immutable pydantic models, so nothing handed out can be mutated
-behind the store's back.
+among the runs of one event loop; likewise :meth:`InMemoryRunStore.follow` is woken by
+appends made in its own event loop.
+
+Stored records are snapshots. Records are frozen pydantic models; the dicts and lists
+inside them (artifact values, message ``meta`` and ``blocks``, profile ``params``) are
+copied on save into read-only ones that refuse changes with ``TypeError``. So changing
+an object after saving it changes nothing stored, and a record the store returns cannot
+be changed in place: change a copy (``copy.deepcopy`` gives plain dicts and lists) and
+save that. Reads hand the stored records out as they are, without copying, however
+long a chat grows. The runner's own records (``Run``, ``OperationRun`` and events) are
+kept as given, which keeps a run cheap: the runner builds a new record for every save
+and never changes one it saved; do not change the dicts inside one you read.
 """
 
 from __future__ import annotations
 
 import threading
+import time
+from bisect import bisect_right
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from datetime import datetime
-from typing import NamedTuple
+from datetime import UTC, datetime
+from operator import attrgetter
 
 import anyio
 
 from ..errors import ArtifactConflict, NotFound, StoreError
 from ..model import (
+    ArchivedVersion,
     Artifact,
     ArtifactVersion,
     ChatMessage,
+    ChatSummary,
     OperationProfile,
     OperationProfileSession,
     OperationProfileSessionKey,
     OperationRun,
+    Page,
     Run,
     RunEvent,
+    RunFinished,
     RunStatus,
 )
+from ._cursor import check_limit, check_prune, decode_cursor, encode_cursor, micros
+from ._frozen import FROZEN_EMPTY, freeze_model
 
 __all__ = [
     "ArchivedVersion",
@@ -43,13 +60,14 @@ __all__ = [
 ]
 
 _SessionKey = tuple[str, str, str, str]
+_seq = attrgetter("seq")
 
 
 class InMemoryProfileStore:
     """Profiles in a dict."""
 
     def __init__(self, profiles: Sequence[OperationProfile] = ()) -> None:
-        self._profiles = {p.profile_id: p for p in profiles}
+        self._profiles = {p.profile_id: freeze_model(p) for p in profiles}
         self._lock = threading.Lock()
 
     async def get_profile(self, profile_id: str) -> OperationProfile:
@@ -62,6 +80,7 @@ class InMemoryProfileStore:
 
     async def save_profile(self, profile: OperationProfile) -> None:
         """Insert or replace the profile."""
+        profile = freeze_model(profile)
         with self._lock:
             self._profiles[profile.profile_id] = profile
 
@@ -83,6 +102,7 @@ class InMemorySessionStore:
             session = self._sessions.get(k)
             if session is None:
                 session = OperationProfileSession(key=key, created_at=now)
+                session.__dict__["meta"] = FROZEN_EMPTY  # a new record: no copy needed
                 self._sessions[k] = session
                 self._artifacts[k] = {}
             return session
@@ -100,6 +120,7 @@ class InMemorySessionStore:
         expected_version: int | None,
     ) -> None:
         """Compare-and-set the latest artifact of its tag. Raises ArtifactConflict."""
+        artifact = freeze_model(artifact)
         with self._lock:
             tags = self._artifacts.setdefault(key.as_tuple(), {})
             current = tags.get(artifact.tag)
@@ -126,37 +147,100 @@ class InMemoryChatStore:
     """Chat messages per (chat, branch), in insertion order."""
 
     def __init__(self) -> None:
-        self._messages: dict[tuple[str, str], tuple[ChatMessage, int]] = {}
-        """(chat, message id) -> the message and its position in its branch."""
-        self._branches: dict[tuple[str, str], list[ChatMessage]] = {}
+        self._branches: dict[tuple[str, str], dict[str, ChatMessage]] = {}
+        """(chat, branch) -> its messages by id, in branch order."""
+        self._chats: dict[str, dict[str, str]] = {}
+        """Chat -> message id -> the branch holding it, in the order messages were added."""
+        self._written: dict[str, tuple[int, float]] = {}
+        """Chat -> the store's write count and clock (unix seconds) at its last write."""
+        self._writes = 0
+        self._clock = 0.0
         self._lock = threading.Lock()
 
     async def history(self, chat_id: str, branch_id: str) -> list[ChatMessage]:
         """Return the branch's messages, oldest first."""
         with self._lock:
-            return list(self._branches.get((chat_id, branch_id), ()))
+            branch = self._branches.get((chat_id, branch_id))
+            return [] if branch is None else list(branch.values())
 
     async def get_message(self, chat_id: str, message_id: str) -> ChatMessage:
         """Return one message. Raises NotFound when missing."""
         with self._lock:
-            try:
-                return self._messages[(chat_id, message_id)][0]
-            except KeyError:
-                raise NotFound(f"no message {message_id!r} in chat {chat_id!r}") from None
+            home = self._chats.get(chat_id, {}).get(message_id)
+            if home is None:
+                raise NotFound(f"no message {message_id!r} in chat {chat_id!r}")
+            return self._branches[(chat_id, home)][message_id]
 
     async def save_message(self, message: ChatMessage) -> None:
-        """Append a new message to its branch, or replace an existing one."""
+        """Append a new message to its branch, or replace an existing one in place."""
+        message = freeze_model(message)
+        chat_id, message_id = message.chat_id, message.message_id
         with self._lock:
-            key = (message.chat_id, message.message_id)
-            stored = self._messages.get(key)
-            if stored is None:
-                branch = self._branches.setdefault((message.chat_id, message.branch_id), [])
-                position = len(branch)
-                branch.append(message)
-            else:
-                old, position = stored
-                self._branches[(old.chat_id, old.branch_id)][position] = message
-            self._messages[key] = (message, position)
+            homes = self._chats.get(chat_id)
+            if homes is None:
+                homes = self._chats[chat_id] = {}
+            home = homes.get(message_id)
+            if home is None:
+                home = homes[message_id] = message.branch_id
+            branch = self._branches.get((chat_id, home))
+            if branch is None:
+                branch = self._branches[(chat_id, home)] = {}
+            branch[message_id] = message
+            self._written[chat_id] = self._write()
+
+    async def delete_message(self, chat_id: str, message_id: str) -> None:
+        """Remove the message from its branch. Raises NotFound when missing."""
+        with self._lock:
+            homes = self._chats.get(chat_id, {})
+            home = homes.pop(message_id, None)
+            if home is None:
+                raise NotFound(f"no message {message_id!r} in chat {chat_id!r}")
+            branch = self._branches[(chat_id, home)]
+            del branch[message_id]
+            if not branch:
+                del self._branches[(chat_id, home)]
+            if homes:
+                self._written[chat_id] = self._write()
+            else:  # no message left: the chat leaves the chat list
+                del self._chats[chat_id], self._written[chat_id]
+
+    async def list_chats(self, *, limit: int = 50, cursor: str | None = None) -> Page[ChatSummary]:
+        """A page of the chats with messages, most recently written first.
+
+        Raises:
+            ConfigError: ``limit`` is below 1.
+            StoreError: ``cursor`` is not a cursor of this query (code ``bad_cursor``).
+        """
+        check_limit(limit)
+        (before,) = decode_cursor("chats", cursor, int) if cursor is not None else (None,)
+        with self._lock:
+            chats = [
+                (write, at, chat_id)
+                for chat_id, (write, at) in self._written.items()
+                if before is None or write < before
+            ]
+            chats.sort(reverse=True)
+            more = len(chats) > limit
+            del chats[limit:]
+            page = tuple(
+                ChatSummary(
+                    chat_id=chat_id,
+                    message_count=len(self._chats[chat_id]),
+                    last_message_id=next(reversed(self._chats[chat_id])),
+                    updated_at=datetime.fromtimestamp(at, UTC),
+                )
+                for _, at, chat_id in chats
+            )
+        next_cursor = encode_cursor("chats", chats[-1][0]) if more else None
+        return Page[ChatSummary](items=page, next_cursor=next_cursor)
+
+    def _write(self) -> tuple[int, float]:
+        """Count a write (under the lock): its number and time, never before the last."""
+        self._writes += 1
+        now = time.time()
+        if now > self._clock:
+            self._clock = now
+        return self._writes, self._clock
 
 
 def _holds(held: Run, claimant: Run) -> bool:
@@ -167,6 +251,16 @@ def _holds(held: Run, claimant: Run) -> bool:
     return held.status != RunStatus.RUNNING or lease is None or lease >= claimant.started_at
 
 
+def _taken_over(run: Run) -> bool:
+    """True when the run's turn went to a retry after its process died."""
+    return run.status == RunStatus.ABORTED and run.abort_reason == "lease_expired"
+
+
+def _newest_first(run: Run) -> tuple[int, str]:
+    """The sort key of :meth:`InMemoryRunStore.list_runs` (used with ``reverse=True``)."""
+    return micros(run.started_at), run.run_id
+
+
 class InMemoryRunStore:
     """Runs, operation runs and events; ``delete_run`` forgets everything of a run."""
 
@@ -175,6 +269,9 @@ class InMemoryRunStore:
         self._operation_runs: dict[str, list[OperationRun]] = {}
         self._events: dict[str, list[RunEvent]] = {}
         self._by_key: dict[str, str] = {}
+        self._by_chat: dict[str, dict[str, None]] = {}
+        self._followers: dict[str, anyio.Event] = {}
+        """Run id -> the event its followers wait on; set (and dropped) on a change."""
         self._lock = threading.Lock()
         self._branches: dict[tuple[str, str], tuple[anyio.Lock, int]] = {}
         """Per chat branch: its lock and how many runs hold or wait for it."""
@@ -185,6 +282,7 @@ class InMemoryRunStore:
         A run that ended ``aborted``, or whose lease expired before ``run`` started,
         does not hold its key any more (see :class:`~opsrun.ports.RunStore`).
         """
+        taken_over: str | None = None
         with self._lock:
             if run.dedupe_key:
                 existing = self._by_key.get(run.dedupe_key)
@@ -196,17 +294,21 @@ class InMemoryRunStore:
                         self._runs[existing] = held.model_copy(
                             update={"status": RunStatus.ABORTED, "abort_reason": "lease_expired"}
                         )
+                        taken_over = existing
                 self._by_key[run.dedupe_key] = run.run_id
-            self._runs[run.run_id] = run
+            self._put(run)
             self._operation_runs.setdefault(run.run_id, [])
             self._events.setdefault(run.run_id, [])
-            return run
+        if taken_over is not None:
+            self._wake(taken_over)
+        return run
 
     async def save_run(self, run: Run, operation_runs: Sequence[OperationRun]) -> None:
         """Replace the run's record and operation runs."""
+        records = list(operation_runs)
         with self._lock:
-            self._runs[run.run_id] = run
-            self._operation_runs[run.run_id] = list(operation_runs)
+            self._put(run)
+            self._operation_runs[run.run_id] = records
 
     async def renew_lease(self, run_id: str, until: datetime) -> None:
         """Extend a running run's lease (no effect on a finished or unknown run)."""
@@ -246,9 +348,23 @@ class InMemoryRunStore:
                 self._branches[key] = (lock, holders - 1)
 
     async def append_events(self, run_id: str, events: Sequence[RunEvent]) -> None:
-        """Append events to the run's log."""
+        """Append events to the run's log; an event whose ``seq`` is stored is kept once."""
+        if not events:
+            return
         with self._lock:
-            self._events.setdefault(run_id, []).extend(events)
+            log = self._events.get(run_id)
+            if log is None:
+                log = self._events[run_id] = []
+            if not log or events[0].seq > log[-1].seq:
+                log += events  # the usual case: the next events (a batch is in seq order)
+            else:  # a retried batch
+                for event in events:
+                    at = bisect_right(log, event.seq, key=_seq)
+                    if not (at and log[at - 1].seq == event.seq):
+                        log.insert(at, event)
+            changed = self._followers.pop(run_id, None)
+        if changed is not None:
+            changed.set()
 
     async def get_run(self, run_id: str) -> tuple[Run, list[OperationRun]]:
         """Return the run and its operation runs. Raises NotFound when missing."""
@@ -259,23 +375,138 @@ class InMemoryRunStore:
                 raise NotFound(f"no run {run_id!r}") from None
 
     async def events(self, run_id: str) -> list[RunEvent]:
-        """Return the run's events in the order appended."""
+        """Return the run's events in ``seq`` order."""
         with self._lock:
             return list(self._events.get(run_id, []))
 
     async def delete_run(self, run_id: str) -> None:
         """Forget the run; no error when absent."""
         with self._lock:
-            run = self._runs.pop(run_id, None)
-            if run is not None and self._by_key.get(run.dedupe_key) == run_id:
-                del self._by_key[run.dedupe_key]
-            self._operation_runs.pop(run_id, None)
-            self._events.pop(run_id, None)
+            self._forget(run_id)
+        self._wake(run_id)
+
+    async def list_runs(
+        self, chat_id: str, *, limit: int = 50, cursor: str | None = None
+    ) -> Page[Run]:
+        """A page of the chat's runs, newest first (``started_at``, then run id).
+
+        Raises:
+            ConfigError: ``limit`` is below 1.
+            StoreError: ``cursor`` is not a cursor of this query (code ``bad_cursor``).
+        """
+        check_limit(limit)
+        after = decode_cursor("runs", cursor, int, str) if cursor is not None else None
+        with self._lock:
+            runs = [self._runs[run_id] for run_id in self._by_chat.get(chat_id, ())]
+        if after is not None:
+            runs = [run for run in runs if _newest_first(run) < after]
+        runs.sort(key=_newest_first, reverse=True)
+        more = len(runs) > limit
+        next_cursor = encode_cursor("runs", *_newest_first(runs[limit - 1])) if more else None
+        return Page[Run](items=tuple(runs[:limit]), next_cursor=next_cursor)
+
+    async def prune_runs(
+        self, *, older_than: datetime | None = None, keep_last: int | None = None
+    ) -> int:
+        """Delete the finished runs every given rule selects; return how many.
+
+        Raises:
+            ConfigError: neither rule is given, or ``keep_last`` is below 0.
+        """
+        check_prune(older_than, keep_last)
+        before = micros(older_than) if older_than is not None else None
+        with self._lock:
+            doomed: list[str] = []
+            for run_ids in self._by_chat.values():
+                runs = sorted((self._runs[i] for i in run_ids), key=_newest_first, reverse=True)
+                for rank, run in enumerate(runs):
+                    if (
+                        run.status != RunStatus.RUNNING
+                        and (before is None or micros(run.started_at) < before)
+                        and (keep_last is None or rank >= keep_last)
+                    ):
+                        doomed.append(run.run_id)
+            for run_id in doomed:
+                self._forget(run_id)
+        for run_id in doomed:
+            self._wake(run_id)
+        return len(doomed)
+
+    async def follow(self, run_id: str, *, after_seq: int = 0) -> AsyncIterator[RunEvent]:
+        """Yield the run's events after ``after_seq``, then new ones as they are appended,
+        until ``run.finished`` (see :class:`~opsrun.ports.RunStore`).
+
+        An append wakes the followers at once; nothing polls.
+
+        Raises:
+            NotFound: there is no such run, or it was deleted while followed.
+        """
+        seen = after_seq
+        while True:
+            with self._lock:
+                run = self._runs.get(run_id)
+                if run is None:
+                    raise NotFound(f"no run {run_id!r}")
+                log = self._events.get(run_id, [])
+                batch = log[bisect_right(log, seen, key=_seq) :]
+                # run.finished is a run's last event: once stored, nothing follows it.
+                finished = bool(log) and isinstance(log[-1], RunFinished)
+                changed: anyio.Event | None = None
+                if not batch and not finished and not _taken_over(run):
+                    changed = self._followers.get(run_id)
+                    if changed is None:
+                        changed = self._followers[run_id] = anyio.Event()
+            for event in batch:
+                yield event
+                seen = event.seq
+                if isinstance(event, RunFinished):
+                    return
+            if changed is not None:
+                await changed.wait()
+            elif not batch:  # finished before after_seq, or taken over: nothing will come
+                return
 
     def run_ids(self) -> list[str]:
         """Every stored run id, for tests and inspection."""
         with self._lock:
             return list(self._runs)
+
+    def _put(self, run: Run) -> None:
+        """Store the run's record (under the lock)."""
+        run_id = run.run_id
+        stored = self._runs.get(run_id)
+        self._runs[run_id] = run
+        if stored is None or stored.chat_id != run.chat_id:
+            if stored is not None:
+                self._unlist(stored)
+            chat_runs = self._by_chat.get(run.chat_id)
+            if chat_runs is None:
+                chat_runs = self._by_chat[run.chat_id] = {}
+            chat_runs[run_id] = None
+
+    def _unlist(self, run: Run) -> None:
+        """Drop the run from its chat's index (under the lock)."""
+        chat_runs = self._by_chat[run.chat_id]
+        del chat_runs[run.run_id]
+        if not chat_runs:
+            del self._by_chat[run.chat_id]
+
+    def _forget(self, run_id: str) -> None:
+        """Drop everything of the run (under the lock)."""
+        run = self._runs.pop(run_id, None)
+        if run is not None:
+            if self._by_key.get(run.dedupe_key) == run_id:
+                del self._by_key[run.dedupe_key]
+            self._unlist(run)
+        self._operation_runs.pop(run_id, None)
+        self._events.pop(run_id, None)
+
+    def _wake(self, run_id: str) -> None:
+        """Wake the run's followers (outside the lock)."""
+        with self._lock:
+            changed = self._followers.pop(run_id, None)
+        if changed is not None:
+            changed.set()
 
 
 class InMemoryArchive:
@@ -294,25 +525,20 @@ class InMemoryArchive:
         run_id: str,
     ) -> None:
         """Keep ``versions``; archiving a version twice keeps it once."""
+        frozen = [freeze_model(v) for v in versions]
         with self._lock:
             kept = self._versions.setdefault((key.as_tuple(), tag), [])
             known = {item.version.version for item in kept}
-            kept.extend(ArchivedVersion(v, run_id) for v in versions if v.version not in known)
+            for version in frozen:
+                if version.version not in known:
+                    known.add(version.version)
+                    kept.append(ArchivedVersion(version=version, run_id=run_id))
 
-    def versions(self, key: OperationProfileSessionKey, tag: str) -> list[ArchivedVersion]:
+    async def versions(self, key: OperationProfileSessionKey, tag: str) -> list[ArchivedVersion]:
         """The archived versions of ``art.<tag>``, newest first."""
         with self._lock:
             kept = self._versions.get((key.as_tuple(), tag), [])
             return sorted(kept, key=lambda item: item.version.version, reverse=True)
-
-
-class ArchivedVersion(NamedTuple):
-    """One archived artifact version and the run whose write pruned it."""
-
-    version: ArtifactVersion
-    """The pruned version."""
-    run_id: str
-    """The run that pruned it."""
 
 
 class InMemoryStores:

@@ -1,0 +1,1 @@
+"""The PostgreSQL stores' private modules; the public names are in :mod:`opsrun.stores.postgres`."""
