@@ -11,8 +11,8 @@ that slips into a template or a reply never reaches a store or an event.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
-from typing import Any, TypeAlias
+from collections.abc import Mapping
+from typing import Any
 
 from .._redact import Redactor
 from ..errors import bound_text
@@ -31,24 +31,16 @@ from ..model import (
     WriteArtifactSpec,
 )
 from ..operations import OperationContext
+
+# The window's and the llm kind's counter are one type; opsrun.kinds re-exports it.
+from ..prompt import TokenCounter as TokenCounter
+from ..prompt import approximate_tokens as approximate_tokens
 from .liquid import TemplateEngine
 
 __all__ = ["TokenCounter", "approximate_tokens", "template_problems"]
 
-TokenCounter: TypeAlias = Callable[[str], int]
-"""Counts the tokens of a text, for ``maxInputTokens``."""
-
 _MIN_SECRET = 4
 """Shorter literal secrets are not masked: they would mask ordinary text everywhere."""
-
-
-def approximate_tokens(text: str) -> int:
-    """The default token counter: one token per four characters, rounded up.
-
-    Close enough for English prose with common tokenizers; inject an exact counter
-    (``token_counter=``) when the limit matters.
-    """
-    return (len(text) + 3) // 4
 
 
 def with_secret(redactor: Redactor, secret: str | None) -> Redactor:

@@ -11,11 +11,14 @@ What happens, in order, and the error code each step can end with:
    / 4, see :func:`approximate_tokens`) → ``budget_exceeded``.
 4. The provider is called; each attempt is bounded by ``timeoutMs`` → ``timeout``;
    ``rate_limited``; anything else the provider raises → ``provider_error``. ``retry``
-   repeats failures listed in ``retryOn`` up to ``maxAttempts`` calls, waiting
-   ``max(backoffMs, retry-after)`` (constant, no growth) between them and never past the
-   operation's deadline. A provider that rejects the response format is asked once more
-   one structured-output level lower; that extra call is not counted against
-   ``maxAttempts`` but is counted in ``outputsSummary.attempts``.
+   repeats failures listed in ``retryOn`` up to ``maxAttempts`` calls (through
+   :mod:`opsrun._retry`, on tenacity). The wait doubles from ``backoffMs`` after each
+   failed call, plus a random jitter of up to ``backoffMs``, capped at
+   :data:`MAX_BACKOFF_SECONDS` (or ``backoffMs`` when that is longer); a provider's
+   retry-after wins when it is longer. A retry whose wait would end at or after the
+   operation's deadline is not made. A provider that rejects the response format is
+   asked once more one structured-output level lower; that extra call is not counted
+   against ``maxAttempts`` but is counted in ``outputsSummary.attempts``.
 5. A ``content_filter`` finish → ``policy_error``; a finish reason ``error`` is a
    ``provider_error`` (retryable). A reported cost above ``budget.maxCostUsd`` (summed
    over the attempts) → ``budget_exceeded``; an unreported cost passes.
@@ -37,7 +40,7 @@ import re
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 from jsonschema import SchemaError
@@ -47,6 +50,19 @@ from jsonschema.validators import validator_for
 from pydantic import BaseModel
 
 from .._redact import Redactor, sha256_text
+from .._retry import Backoff, Sleep, call_with_retries, no_retry_message
+from .._telemetry import (
+    GEN_AI_OUTPUT_TYPE,
+    GEN_AI_REQUEST_FREQUENCY_PENALTY,
+    GEN_AI_REQUEST_MAX_TOKENS,
+    GEN_AI_REQUEST_PRESENCE_PENALTY,
+    GEN_AI_REQUEST_SEED,
+    GEN_AI_REQUEST_TEMPERATURE,
+    GEN_AI_REQUEST_TOP_K,
+    GEN_AI_REQUEST_TOP_P,
+    Tracing,
+    current_tracing,
+)
 from ..errors import (
     MAX_TEXT_CHARS,
     OperationFailed,
@@ -56,7 +72,14 @@ from ..errors import (
     ResponseFormatRejected,
     TemplateError,
 )
-from ..model import ContentFormat, LlmParams, OperationDefinition, OperationResult, Usage
+from ..model import (
+    ContentFormat,
+    LlmParams,
+    OperationDefinition,
+    OperationError,
+    OperationResult,
+    Usage,
+)
 from ..operations import Operation, OperationContext
 from ..ports import (
     STRUCTURED_OUTPUT_LEVELS,
@@ -80,12 +103,17 @@ from ._common import (
 )
 from .liquid import TemplateEngine
 
+if TYPE_CHECKING:
+    from opentelemetry.util.types import AttributeValue
+
 __all__ = ["LlmOperation"]
 
 RAW_TEXT_PREVIEW = MAX_TEXT_CHARS
 """Characters of the reply kept in ``outputsSummary.rawTextPreview`` (json mode)."""
 PARSE_ERROR_MESSAGE = 512
 """Characters of ``outputsSummary.parseErrorMessage``."""
+MAX_BACKOFF_SECONDS = 30.0
+"""Cap of the wait between two attempts (``backoffMs`` when that is longer)."""
 STOP_ITEMS, STOP_ITEM_CHARS = 10, 120
 """How much of ``stop`` ``inputsSummary`` keeps."""
 
@@ -195,34 +223,6 @@ def _attempt_error(exc: Exception, timeout_ms: int | None) -> _AttemptError:
     return _AttemptError("provider_error", _describe(exc), "provider_error")
 
 
-async def _before_retry(
-    ctx: OperationContext[LlmParams],
-    params: LlmParams,
-    ex: _Exchange,
-    error: _AttemptError,
-    attempt: int,
-) -> None:
-    """Wait out the backoff before the next attempt, or end the call with ``error``.
-
-    Raises:
-        OperationFailed: the attempts are used up, ``error`` is not retried, or the wait
-            would pass the operation's deadline.
-    """
-    retry = params.retry
-    if attempt >= retry.max_attempts or error.retry_kind not in retry.retry_on:
-        raise _fail(error.code, error.message, {"attempts": ex.outputs["attempts"]})
-    wait = max(retry.backoff_ms / 1000, error.retry_after or 0.0)
-    remaining = ctx.remaining()
-    if remaining is not None and wait >= remaining:
-        raise _fail(
-            error.code,
-            f"{error.message} (no retry: waiting {wait:.3f}s would pass the deadline)",
-            {"attempts": ex.outputs["attempts"]},
-        )
-    if wait > 0:
-        await anyio.sleep(wait)
-
-
 class LlmOperation(Operation[LlmParams]):
     """The implementation of ``kind="llm"`` for one definition.
 
@@ -234,8 +234,11 @@ class LlmOperation(Operation[LlmParams]):
         engine: The Liquid engine; it caches parsed templates, so share one.
         schemas: JSON Schemas by name for ``output.schemaRef``; read at run time.
         token_counter: Counts tokens for ``maxInputTokens`` (default
-            :func:`approximate_tokens`).
+            :func:`~opsrun.prompt.approximate_tokens`; for exact counts
+            :func:`~opsrun.prompt.tiktoken_counter` or the host's own tokenizer).
         redact_outputs: Also mask secrets in the value written or sent to the prompt.
+        sleep: How the wait between retries passes (default ``anyio.sleep``); a test
+            passes a recording fake to see the waits without spending them.
     """
 
     params_model: type[BaseModel] | None = LlmParams
@@ -250,6 +253,7 @@ class LlmOperation(Operation[LlmParams]):
         schemas: Mapping[str, Mapping[str, Any]] | None = None,
         token_counter: TokenCounter | None = None,
         redact_outputs: bool = True,
+        sleep: Sleep | None = None,
     ) -> None:
         self.definition = definition
         self.providers = providers
@@ -259,6 +263,7 @@ class LlmOperation(Operation[LlmParams]):
         self._schemas_given = schemas is not None
         self.token_counter: TokenCounter = token_counter or approximate_tokens
         self.redact_outputs = redact_outputs
+        self.sleep: Sleep = sleep or anyio.sleep
         self._validators: dict[str, tuple[Mapping[str, Any], Validator]] = {}
 
     # -- execute ---------------------------------------------------------------------------
@@ -321,8 +326,56 @@ class LlmOperation(Operation[LlmParams]):
             *(() if not system else (ProviderMessage(role="system", content=system),)),
             ProviderMessage(role="user", content=prompt),
         )
-        response = await self._call(ctx, params, ex, provider, messages, secret)
+        tracing = current_tracing()
+        if tracing is None:
+            response = await self._call(ctx, params, ex, provider, messages, secret)
+        else:
+            response = await self._traced_call(tracing, ctx, params, ex, provider, messages, secret)
         return self._interpret(params, ex, response, validator)
+
+    async def _traced_call(
+        self,
+        tracing: Tracing,
+        ctx: OperationContext[LlmParams],
+        params: LlmParams,
+        ex: _Exchange,
+        provider: LlmProvider,
+        messages: tuple[ProviderMessage, ...],
+        secret: str | None,
+    ) -> LlmResponse:
+        """:meth:`_call` inside its span (a child of the operation's), the current span
+        while the provider answers."""
+        span = tracing.start_llm(
+            "aux",
+            model=params.model,
+            provider=params.provider_ref,
+            conversation_id=ctx.run.chat_id,
+            request=_request_attributes(params),
+            redactor=ex.redactor,
+        )
+        token = tracing.activate(span)
+        response: LlmResponse | None = None
+        error: OperationError | None = None
+        try:
+            response = await self._call(ctx, params, ex, provider, messages, secret)
+        except OperationFailed as failure:
+            error = OperationError(code=failure.code, message=failure.message)
+            raise
+        finally:
+            tracing.deactivate(token)
+            tracing.end_llm(
+                span,
+                redactor=ex.redactor,
+                attempts=ex.outputs["attempts"],
+                provider_finish_reason=_finish_reason(response),
+                usage=ex.usage,
+                response_model=response.model if response is not None else None,
+                response_id=response.request_id if response is not None else None,
+                error=error,
+                messages=[(m.role, m.content) for m in messages],
+                reply=response.text if response is not None else None,
+            )
+        return response
 
     def check(self, params: LlmParams) -> list[str]:
         """What would fail at run time: templates that do not parse and, when the kind
@@ -430,35 +483,61 @@ class LlmOperation(Operation[LlmParams]):
         messages: tuple[ProviderMessage, ...],
         secret: str | None,
     ) -> LlmResponse:
+        """The provider's reply, after the retries ``params.retry`` allows.
+
+        Raises:
+            OperationFailed: the last attempt failed and no retry is left: the attempts
+                are used up, the failure is not in ``retryOn``, or the wait would pass
+                the operation's deadline.
+        """
         timeout = None if params.timeout_ms is None else params.timeout_ms / 1000
         level = provider.capabilities.structured_output
         stepped_down = False
-        attempt = 0
-        while True:
-            attempt += 1
-            ex.outputs["attempts"] += 1
-            response_format = self._response_format(params, level)
-            request = LlmRequest(
-                messages=messages,
-                model=params.model,
-                samplers=params.samplers,
-                max_output_tokens=params.max_output_tokens,
-                stop=params.stop,
-                response_format=response_format,
-                credential=secret,
-                timeout=timeout,
-                meta={"runId": ctx.run.run_id, "operationId": ctx.operation_id},
-            )
-            outcome = await _attempt(provider, request, timeout, params.timeout_ms, ex)
-            if not isinstance(outcome, _AttemptError):
+
+        async def attempt() -> LlmResponse | _AttemptError:
+            nonlocal level, stepped_down
+            while True:
+                ex.outputs["attempts"] += 1
+                response_format = self._response_format(params, level)
+                request = LlmRequest(
+                    messages=messages,
+                    model=params.model,
+                    samplers=params.samplers,
+                    max_output_tokens=params.max_output_tokens,
+                    stop=params.stop,
+                    response_format=response_format,
+                    credential=secret,
+                    timeout=timeout,
+                    meta={"runId": ctx.run.run_id, "operationId": ctx.operation_id},
+                )
+                outcome = await _attempt(provider, request, timeout, params.timeout_ms, ex)
+                if isinstance(outcome, _AttemptError) and outcome.format_rejected:
+                    lower = self._step_down(params, level)
+                    if not stepped_down and response_format is not None and lower is not None:
+                        # Asked again one level lower, within this attempt: the format
+                        # step-down does not use up a retry.
+                        level, stepped_down = lower, True
+                        continue
                 return outcome
-            if outcome.format_rejected:
-                lower = self._step_down(params, level)
-                if not stepped_down and response_format is not None and lower is not None:
-                    level, stepped_down = lower, True
-                    attempt -= 1  # the format step-down does not use up a retry
-                    continue
-            await _before_retry(ctx, params, ex, outcome, attempt)
+
+        retry = params.retry
+        initial = retry.backoff_ms / 1000
+        retried = await call_with_retries(
+            attempt,
+            should_retry=lambda o: isinstance(o, _AttemptError) and o.retry_kind in retry.retry_on,
+            retry_after=lambda o: o.retry_after if isinstance(o, _AttemptError) else None,
+            max_attempts=retry.max_attempts,
+            backoff=Backoff(initial, max(initial, MAX_BACKOFF_SECONDS)),
+            deadline=ctx.deadline,
+            sleep=self.sleep,
+        )
+        outcome = retried.value
+        if not isinstance(outcome, _AttemptError):
+            return outcome
+        message = outcome.message
+        if retried.refused_wait is not None:
+            message = no_retry_message(message, retried.refused_wait)
+        raise _fail(outcome.code, message, {"attempts": ex.outputs["attempts"]})
 
     def _response_format(self, params: LlmParams, level: StructuredOutput) -> ResponseFormat | None:
         if params.output.mode != "json" or level == "none":
@@ -536,6 +615,30 @@ class LlmOperation(Operation[LlmParams]):
             usage = ex.usage.model_dump(by_alias=True, exclude_none=True)
             if usage:
                 ex.outputs["usage"] = usage
+
+
+def _request_attributes(params: LlmParams) -> dict[str, AttributeValue]:
+    """The call's settings as GenAI ``gen_ai.request.*`` attributes (numbers only)."""
+    samplers = params.samplers
+    settings: dict[str, float | None] = {
+        GEN_AI_REQUEST_TEMPERATURE: samplers.temperature,
+        GEN_AI_REQUEST_TOP_P: samplers.top_p,
+        GEN_AI_REQUEST_TOP_K: samplers.top_k,
+        GEN_AI_REQUEST_SEED: samplers.seed,
+        GEN_AI_REQUEST_FREQUENCY_PENALTY: samplers.frequency_penalty,
+        GEN_AI_REQUEST_PRESENCE_PENALTY: samplers.presence_penalty,
+        GEN_AI_REQUEST_MAX_TOKENS: params.max_output_tokens,
+    }
+    found: dict[str, AttributeValue] = {k: v for k, v in settings.items() if v is not None}
+    found[GEN_AI_OUTPUT_TYPE] = params.output.mode
+    return found
+
+
+def _finish_reason(response: LlmResponse | None) -> str | None:
+    """The provider's finish reason: its own value when it gave one."""
+    if response is None:
+        return None
+    return response.raw_finish_reason or response.finish_reason
 
 
 def inputs_summary(params: LlmParams) -> dict[str, Any]:

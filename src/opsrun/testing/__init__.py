@@ -8,6 +8,10 @@ already knows the built-in kinds ``llm`` and ``template``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+from ._fake_anthropic import FakeAnthropicServer as FakeAnthropicServer
+from ._fake_openai import FakeOpenAIServer as FakeOpenAIServer
 from ._fakes import FakeClock as FakeClock
 from ._fakes import SequentialIds as SequentialIds
 from ._faulty_fs import FaultyFileSystem as FaultyFileSystem
@@ -22,10 +26,15 @@ from ._providers import RecordingProvider as RecordingProvider
 from ._providers import ScriptedProvider as ScriptedProvider
 from ._providers import StaticCredentials as StaticCredentials
 
+if TYPE_CHECKING:
+    from ._contract import StoreContract as StoreContract
+
 __all__ = [
     "Delayed",
     "Exchange",
+    "FakeAnthropicServer",
     "FakeClock",
+    "FakeOpenAIServer",
     "FaultyFileSystem",
     "FunctionMainLlm",
     "FunctionProvider",
@@ -36,4 +45,14 @@ __all__ = [
     "ScriptedProvider",
     "SequentialIds",
     "StaticCredentials",
+    "StoreContract",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The store contract is a pytest suite: import pytest and hypothesis only when asked.
+    if name == "StoreContract":
+        from ._contract import StoreContract
+
+        return StoreContract
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,1 @@
+"""The OpenAI adapter's internals: request building and error translation."""
