@@ -4,6 +4,8 @@
 artifacts whose ``promptInclusion`` asks for it and applies prompt-time effects, in one
 documented order; :class:`SnapshotPolicy` bounds what a run records of it, and
 :func:`prompt_hash` is the hash a run records; :func:`take_snapshot` builds the record.
+:data:`TokenCounter` is the callable type both the window and the ``llm`` kind count
+tokens with: :func:`approximate_tokens` (characters / 4) or :func:`tiktoken_counter`.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from ._effective import prompt_hash as prompt_hash
 from ._effective import to_provider_messages as to_provider_messages
 from ._snapshot import SnapshotPolicy as SnapshotPolicy
 from ._snapshot import take_snapshot as take_snapshot
+from ._tokens import TokenCounter as TokenCounter
+from ._tokens import approximate_tokens as approximate_tokens
+from ._tokens import tiktoken_counter as tiktoken_counter
 from ._window import HistoryWindow as HistoryWindow
 from ._window import TrimReason as TrimReason
 from ._window import TrimResult as TrimResult
@@ -23,11 +28,14 @@ __all__ = [
     "EffectivePrompt",
     "HistoryWindow",
     "SnapshotPolicy",
+    "TokenCounter",
     "TrimReason",
     "TrimResult",
+    "approximate_tokens",
     "effective_prompt",
     "prompt_hash",
     "take_snapshot",
+    "tiktoken_counter",
     "to_provider_messages",
     "trim_history",
 ]

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from .._config import require_at_least
 from .._redact import Redactor, sha256_text
+from ..errors import ConfigError
 from ..model import (
     AugmentationStorage,
     DomainRole,
@@ -29,13 +30,16 @@ _CUT = "…"
 class SnapshotPolicy:
     """How much of the sent prompt a run keeps, and in what form.
 
-    Every message keeps its role, length and sha256 whatever the policy; ``content``
-    is redacted first, then cut. Prompt-only augmentation (messages made by prompt-time
-    effects or artifact inclusions: working notes, retrieved context) follows
-    ``augmentation``; history and system messages are always kept ``redacted``.
+    Every message keeps its role, length and sha256 whatever the policy. History
+    messages sent as the chat store holds them are kept by reference (``reference``:
+    their message id and hash, no text), so a run's record does not grow with the chat.
+    Other text is redacted first, then cut: prompt-only augmentation (messages made by
+    prompt-time effects or artifact inclusions: working notes, retrieved context)
+    follows ``augmentation``; system messages are always kept ``redacted``.
 
     Raises:
-        ConfigError: if a limit is negative.
+        ConfigError: if a limit is negative, or ``augmentation`` is ``reference``
+            (augmentation is not in the chat store).
     """
 
     max_message_chars: int = 2000
@@ -52,6 +56,12 @@ class SnapshotPolicy:
 
     def __post_init__(self) -> None:
         require_at_least(self, 0, "max_message_chars", "max_total_chars", "summary_chars")
+        if self.augmentation == AugmentationStorage.REFERENCE:
+            raise ConfigError(
+                "SnapshotPolicy.augmentation cannot be 'reference': only history messages "
+                "are in the chat store",
+                details={"field": "augmentation"},
+            )
 
 
 def take_snapshot(
@@ -96,6 +106,9 @@ def take_snapshot(
         source = messages[index].source
         if source is not None and source.kind in _AUGMENTATION_SOURCES:
             storages[index] = policy.augmentation
+        elif source is not None and source.kind == "history" and source.message_id:
+            storages[index] = AugmentationStorage.REFERENCE
+            continue  # the chat store has the text; contents[index] stays (None, False)
         text = sent[index].content
         if storages[index] == AugmentationStorage.HASH_ONLY:
             contents[index] = (None, bool(text))

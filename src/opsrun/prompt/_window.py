@@ -9,12 +9,13 @@ a limit, so a turn never loses the text it answers.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
 from .._config import require, require_at_least
 from ..model import ChatMessage, TrimmedRange
+from ._tokens import TokenCounter
 
 __all__ = ["HistoryWindow", "TrimReason", "TrimResult", "trim_history"]
 
@@ -41,8 +42,9 @@ class HistoryWindow:
     """How many characters of prompt text are kept at most."""
     max_tokens: int | None = None
     """How many tokens of prompt text are kept at most (needs ``token_counter``)."""
-    token_counter: Callable[[str], int] | None = None
-    """Counts the tokens of one message's prompt text; the host supplies its tokenizer."""
+    token_counter: TokenCounter | None = None
+    """Counts the tokens of one message's prompt text (:data:`TokenCounter`):
+    :func:`approximate_tokens`, :func:`tiktoken_counter` or the host's own tokenizer."""
 
     def __post_init__(self) -> None:
         require_at_least(self, 0, "max_messages", "max_chars", "max_tokens", optional=True)
