@@ -16,6 +16,7 @@ import sys
 import time
 
 import anyio
+from _quiet import QuietMainLlm  # the sibling module (script dir is on path)
 
 from opsrun import (
     AppendAfterLastUser,
@@ -31,7 +32,6 @@ from opsrun import (
     RunRequest,
 )
 from opsrun.prompt import HistoryWindow
-from opsrun.testing import ScriptedMainLlm
 
 QUICK = "--quick" in sys.argv
 TURNS = 1_000 if QUICK else 2_000
@@ -70,7 +70,7 @@ def build() -> tuple[Runner, InMemoryStores]:
     runner = Runner(
         catalog=catalog,
         stores=stores,
-        main_llm=ScriptedMainLlm(default="a reply of a few words", chunk_size=64),
+        main_llm=QuietMainLlm("a reply of a few words"),
         window=HistoryWindow(max_messages=50),
     )
     return runner, stores

@@ -15,6 +15,9 @@
    unrelated sibling finishes (wall time, on the event loop's clock).
 4. Memory after 10,000 sequential runs with run records pruned.
 5. A 200-long chain costs the same per operation as a 50-long one (CPU time).
+6. Throughput of 100 runs at once against the same 100 runs one after another, each
+   run with 5 operations in its own chat (CPU time; a ratio below 1 means running
+   concurrently costs more, for example in garbage collection of the runs in flight).
 """
 
 from __future__ import annotations
@@ -25,10 +28,11 @@ import statistics
 import sys
 import time
 import tracemalloc
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
+from _quiet import QuietMainLlm  # the sibling module (script dir is on path)
 
 from opsrun import (
     Hook,
@@ -42,22 +46,7 @@ from opsrun import (
     Runner,
     RunRequest,
 )
-from opsrun.ports import MainLlmDone, MainLlmRequest, ProviderCapabilities
 from opsrun.testing import ScriptedMainLlm
-
-
-class QuietMainLlm:
-    """Answers "OK" and keeps no request log (ScriptedMainLlm records every request)."""
-
-    capabilities = ProviderCapabilities()
-
-    async def _reply(self) -> AsyncIterator[str | MainLlmDone]:
-        yield "OK"
-        yield MainLlmDone(text="OK")
-
-    def stream(self, request: MainLlmRequest) -> AsyncIterator[str | MainLlmDone]:
-        return self._reply()
-
 
 QUICK = "--quick" in sys.argv
 
@@ -307,6 +296,50 @@ def early_start() -> None:
     )
 
 
+async def concurrency_rounds(
+    runner: Runner, stores: InMemoryStores, width: int, rounds: int
+) -> list[float]:
+    """Per round: CPU time of ``width`` runs in sequence over the same runs at once."""
+
+    async def one() -> None:
+        result = await runner.run(request())
+        await stores.runs.delete_run(result.run.run_id)
+
+    async def at_once() -> None:
+        async with anyio.create_task_group() as tg:
+            for _ in range(width):
+                tg.start_soon(one)
+
+    ratios = []
+    for _ in range(width):  # warm-up, not recorded
+        await one()
+    for _ in range(rounds):
+        gc.collect()
+        t0 = CPU()
+        for _ in range(width):
+            await one()
+        sequential = CPU() - t0
+        gc.collect()
+        t0 = CPU()
+        await at_once()
+        concurrent = CPU() - t0
+        ratios.append(sequential / concurrent)
+    return ratios
+
+
+def concurrency() -> None:
+    """100 runs at once (each in its own chat) cost no more CPU than the same in sequence."""
+    width = 100
+    rounds = 5 if QUICK else 15
+    runner, stores = build(5)
+    ratios = sorted(anyio.run(concurrency_rounds, runner, stores, width, rounds))
+    print(
+        f"{width} concurrent runs vs in sequence (throughput, CPU time): "
+        f"{statistics.median(ratios):4.2f}x [target >= 0.9x] "
+        f"(median of {rounds} rounds, range {ratios[0]:.2f}-{ratios[-1]:.2f}x)"
+    )
+
+
 def memory_flat() -> None:
     """Memory over many runs, records pruned and the chat store reset: only engine state
     could grow."""
@@ -340,4 +373,5 @@ if __name__ == "__main__":
     chain_scaling()
     sleeping_hook()
     early_start()
+    concurrency()
     memory_flat()

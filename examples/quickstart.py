@@ -4,14 +4,18 @@ Run it with ``make demo`` or ``python examples/quickstart.py``. The profile and 
 are plain JSON files next to this script; the operations live in ``rp_operations.py``.
 The demo validates the profile (and a broken copy), then plays three turns, one
 regenerate and one run whose required guard fails, printing the live event stream,
-the final artifacts and the chat.
+the final artifacts and the chat. The chat lives in a SQLite file in a temporary
+folder; at the end a second process opens that file and continues the same chat, with
+its artifacts.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -20,7 +24,6 @@ import anyio
 from rp_operations import Classifier, build_catalog  # the sibling module (script dir is on path)
 
 from opsrun import (
-    InMemoryStores,
     OperationCatalog,
     OperationConfig,
     OperationDefinition,
@@ -43,6 +46,7 @@ from opsrun.model import (
 )
 from opsrun.prompt import HistoryWindow
 from opsrun.report import render_markdown
+from opsrun.stores.sqlite import SqliteStores
 from opsrun.testing import OfflineMainLlm
 
 HERE = Path(__file__).resolve().parent
@@ -180,59 +184,22 @@ def summarize(result: RunResult) -> str:
     return f"run {result.status.value}{failed}; {ops}"
 
 
-async def play(
-    profile: OperationProfile, catalog: OperationCatalog, classifier: Classifier
-) -> None:
-    """Three turns, one regenerate and one run that fails the barrier."""
-    stores = InMemoryStores([profile])  # its archive keeps the versions history prunes
-    main_llm = OfflineMainLlm()
-    runner = Runner(
-        catalog=catalog,
-        stores=stores,
-        main_llm=main_llm,
-        events=PrintEvents(),
-        window=HistoryWindow(max_messages=4),  # the prompt keeps the newest four messages
-    )
-    system = "You are the narrator of a short fantasy role-play."
+SYSTEM = "You are the narrator of a short fantasy role-play."
 
-    async def turn(title: str, request: RunRequest) -> RunResult:
-        print(f"== {title}")
-        result = await runner.run(request)
-        print(f"  -> {summarize(result)}\n")
-        return result
 
-    def generate(text: str) -> RunRequest:
-        return RunRequest(
-            trigger="generate",
-            chat_id="demo",
-            profile_id=profile.profile_id,
-            user_message=text,
-            system_prompt=system,
-        )
-
-    await turn("turn 1: a quiet scene", generate("We walk into the tavern and sit down."))
-    await turn("turn 2: combat", generate("I draw my sword and attack the bandit!"))
-    third = await turn("turn 3", generate("We rest by the fire."))
-    regenerated = await turn(
-        "turn 3 again: regenerate",
-        RunRequest(
-            trigger="regenerate",
-            chat_id="demo",
-            profile_id=profile.profile_id,
-            user_message_id=third.run.user_message_id,
-            system_prompt=system,
-        ),
-    )
-    classifier.available = False
-    failed = await turn("turn 4: the guard's service is down", generate("Let us go on."))
-    print(
-        f"  the main LLM was called {len(main_llm.requests)} times in 5 runs; "
-        f"turn 4 stopped at the barrier: {failed.run.failed_details}\n"
+def request(profile: OperationProfile, text: str) -> RunRequest:
+    """A new turn of the demo chat."""
+    return RunRequest(
+        trigger="generate",
+        chat_id="demo",
+        profile_id=profile.profile_id,
+        user_message=text,
+        system_prompt=SYSTEM,
     )
 
-    print("== why this answer? (the debug report of turn 3, regenerated)")
-    print(render_markdown(await runner.explain(regenerated.run.run_id)))
 
+async def show_state(stores: SqliteStores, profile: OperationProfile) -> None:
+    """Print the persisted artifacts and the chat."""
     key = OperationProfileSessionKey(
         chat_id="demo",
         branch_id="main",
@@ -251,14 +218,89 @@ async def play(
         print(f"  {message.role.value:>9}: {message.prompt_text}{variants}")
 
 
+async def play(
+    db: Path, profile: OperationProfile, catalog: OperationCatalog, classifier: Classifier
+) -> None:
+    """Three turns, one regenerate and one run that fails the barrier."""
+    with SqliteStores(db) as stores:  # its archive keeps the versions history prunes
+        await stores.profiles.save_profile(profile)
+        main_llm = OfflineMainLlm()
+        runner = Runner(
+            catalog=catalog,
+            stores=stores,
+            main_llm=main_llm,
+            events=PrintEvents(),
+            window=HistoryWindow(max_messages=4),  # the prompt keeps the newest four messages
+        )
+
+        async def turn(title: str, request: RunRequest) -> RunResult:
+            print(f"== {title}")
+            result = await runner.run(request)
+            print(f"  -> {summarize(result)}\n")
+            return result
+
+        await turn("turn 1: a quiet scene", request(profile, "We walk into the tavern."))
+        await turn("turn 2: combat", request(profile, "I draw my sword and attack the bandit!"))
+        third = await turn("turn 3", request(profile, "We rest by the fire."))
+        regenerated = await turn(
+            "turn 3 again: regenerate",
+            RunRequest(
+                trigger="regenerate",
+                chat_id="demo",
+                profile_id=profile.profile_id,
+                user_message_id=third.run.user_message_id,
+                system_prompt=SYSTEM,
+            ),
+        )
+        classifier.available = False
+        failed = await turn(
+            "turn 4: the guard's service is down", request(profile, "Let us go on.")
+        )
+        print(
+            f"  the main LLM was called {len(main_llm.requests)} times in 5 runs; "
+            f"turn 4 stopped at the barrier: {failed.run.failed_details}\n"
+        )
+
+        print("== why this answer? (the debug report of turn 3, regenerated)")
+        print(render_markdown(await runner.explain(regenerated.run.run_id)))
+        await show_state(stores, profile)
+
+
+async def resume(db: Path) -> None:
+    """A new process: open the same file, continue the chat with a fresh runner."""
+    classifier = Classifier()
+    catalog = build_catalog(load_catalog(), classifier)
+    with SqliteStores(db) as stores:
+        profile = await stores.profiles.get_profile(load_profile().profile_id)
+        runner = Runner(
+            catalog=catalog,
+            stores=stores,
+            main_llm=OfflineMainLlm(),
+            window=HistoryWindow(max_messages=4),
+        )
+        before = len(await stores.chats.history("demo", "main"))
+        result = await runner.run(request(profile, "At dawn we leave the tavern."))
+        print(f"  this process found {before} messages in {db.name}")
+        print(f"  turn 5 -> {summarize(result)}\n")
+        await show_state(stores, profile)
+
+
 def main() -> int:
-    """Validate the shipped profile and a broken copy, then run the profile."""
+    """Validate the shipped profile and a broken copy, run it, then resume in a new process."""
+    if sys.argv[1:2] == ["--resume"]:
+        anyio.run(resume, Path(sys.argv[2]))
+        return 0
     profile = load_profile()
     classifier = Classifier()
     catalog = build_catalog(load_catalog(), classifier)
     show_validation("RP basic as shipped", profile, catalog)
     show_validation("RP basic with four mistakes", broken_variant(profile), catalog)
-    anyio.run(play, profile, catalog, classifier)
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "quickstart.db"
+        anyio.run(play, db, profile, catalog, classifier)
+        print(f"\n== a second process continues chat 'demo' from {db.name}")
+        sys.stdout.flush()
+        subprocess.run([sys.executable, __file__, "--resume", str(db)], check=True)
     return 0
 
 

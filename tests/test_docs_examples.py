@@ -49,6 +49,12 @@ def test_example_runs(script: str) -> None:
     assert "(max_messages)" in report
     assert "| `world_state` | yes | v3 |" in report
     assert "v3 → v4" in report
+    # A second process continues the chat from the SQLite file, artifacts included.
+    resumed = out[out.index("== a second process continues chat 'demo'") :]
+    assert "this process found 7 messages" in resumed
+    assert "turn 5 -> run done" in resumed
+    assert "art.world_state v5" in resumed
+    assert "history v4" in resumed
 
 
 def test_plan_apply_example_runs() -> None:

@@ -26,23 +26,24 @@ EXPECTED: dict[str, str] = {
     """,
     "opsrun.errors": """
         ApplyError ArtifactConflict ConfigError NotFound OperationFailed OpsrunError
-        PatchError PlanError ProfileInvalid ProviderError ProviderTimeout RateLimited
-        ResponseFormatRejected RunError StoreError TemplateError bound_details
+        PatchError PlanError ProfileInvalid ProviderError ProviderTimeout ProviderUnavailable
+        RateLimited ResponseFormatRejected RunError StoreError TemplateError bound_details
         bound_text
     """,
     "opsrun.model": """
         AfterLastUser AfterMessageId Anchor AppendAfterLastUser
-        AppendAfterLastUserTarget AppliedEffect Artifact ArtifactRef ArtifactUsage
-        ArtifactVersion ArtifactWrite AssistantBlocks AssistantMeta AssistantVariant
-        AugmentationStorage BeforeLastAssistant Budget ChatMessage ChatRole
-        ContentFormat DebugConfig DomainRole DurableRetention FailedDetails FailedType
+        AppendAfterLastUserTarget AppliedEffect ArchivedVersion Artifact ArtifactRef
+        ArtifactUsage ArtifactVersion ArtifactWrite AssistantBlocks AssistantMeta
+        AssistantVariant AugmentationStorage BeforeLastAssistant Budget ChatMessage
+        ChatRole ChatSummary ContentFormat DebugConfig DomainRole DurableRetention
+        FailedDetails FailedType
         FinishReason Hook InclusionAction InclusionRecord InsertAtDepth
         InsertAtDepthTarget JsonObject JsonValue LlmParams MainLlmCall MainLlmDelta
         MainLlmFinished MainLlmStarted MainLlmStatus MessageVariant Model
         OperationCapabilities OperationConfig OperationDefinition OperationEffects
         OperationError OperationFinished OperationProfile OperationProfileSession
         OperationProfileSessionKey OperationResult OperationRun OperationStarted
-        OperationStatus OutputSpec OverwriteRetention Phase ProfileIssue
+        OperationStatus OutputSpec OverwriteRetention Page Phase ProfileIssue
         ProfileIssueCode ProfileOperation PromptEffect PromptEffectAdapter
         PromptEffectTarget PromptInclusion PromptMessage PromptSnapshot PromptSource
         RelativeToAnchor RelativeToEnd Retention RetentionAdapter RetryPolicy Run
@@ -63,8 +64,9 @@ EXPECTED: dict[str, str] = {
         TemplateCacheInfo TemplateEngine TemplateLimits
     """,
     "opsrun.prompt": """
-        EffectivePrompt HistoryWindow SnapshotPolicy TrimReason TrimResult
-        effective_prompt prompt_hash take_snapshot to_provider_messages trim_history
+        EffectivePrompt HistoryWindow SnapshotPolicy TokenCounter TrimReason TrimResult
+        approximate_tokens effective_prompt prompt_hash take_snapshot tiktoken_counter
+        to_provider_messages trim_history
     """,
     "opsrun.report": """
         EventLog ReportArtifacts ReportExcerpt ReportGeneration ReportInput
@@ -73,16 +75,30 @@ EXPECTED: dict[str, str] = {
         session_view sse_comment sse_event sse_stream ui_projection
     """,
     "opsrun.runner": """
-        DEFAULT_CONCURRENCY Executor InProcessExecutor RunEvents Runner SystemClock
-        ThreadExecutor UuidIds
+        DEFAULT_CONCURRENCY Executor InProcessExecutor MainLlmRetry RunEvents Runner
+        SystemClock ThreadExecutor UuidIds
     """,
     "opsrun.stores": """
         ArchivedVersion InMemoryArchive InMemoryChatStore InMemoryProfileStore
         InMemoryRunStore InMemorySessionStore InMemoryStores
     """,
+    "opsrun.stores.postgres": """
+        SCHEMA_VERSION PostgresArchive PostgresChatStore PostgresProfileStore
+        PostgresRunStore PostgresSessionStore PostgresStores
+    """,
+    "opsrun.stores.sqlite": """
+        SCHEMA_VERSION SqliteArchive SqliteChatStore SqliteProfileStore SqliteRunStore
+        SqliteSessionStore SqliteStores
+    """,
     "opsrun.providers": """
         CredentialResolver EnvCredentials LlmProvider LlmRequest LlmResponse
         ProviderCapabilities ProviderRegistry ResponseFormat
+    """,
+    "opsrun.providers.anthropic": """
+        AnthropicProvider
+    """,
+    "opsrun.providers.openai": """
+        OpenAIProvider
     """,
     "opsrun.ports": """
         ArtifactArchive ChatStore Clock CredentialResolver EventSink IdFactory
@@ -90,6 +106,9 @@ EXPECTED: dict[str, str] = {
         ProfileStore ProviderCapabilities ProviderFinishReason ProviderLookup
         ProviderMessage ResponseFormat RunStore STRUCTURED_OUTPUT_LEVELS SessionStore
         Stores StructuredOutput
+    """,
+    "opsrun.telemetry": """
+        RunLogFilter Telemetry log_context
     """,
     "opsrun.redaction": """
         DEFAULT_REDACTOR MASK Redactor StreamRedactor redact_text redact_value
@@ -104,9 +123,10 @@ EXPECTED: dict[str, str] = {
         validate_plan
     """,
     "opsrun.testing": """
-        Delayed Exchange FakeClock FaultyFileSystem FunctionMainLlm FunctionProvider
+        Delayed Exchange FakeAnthropicServer FakeClock FakeOpenAIServer FaultyFileSystem
+        FunctionMainLlm FunctionProvider
         OfflineMainLlm ProviderReply RecordingProvider ScriptedMainLlm ScriptedProvider
-        SequentialIds StaticCredentials
+        SequentialIds StaticCredentials StoreContract
     """,
 }
 """Every public module and its exact ``__all__`` (whitespace-separated)."""

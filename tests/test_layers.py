@@ -114,6 +114,9 @@ LAYERS_BELOW: dict[str, set[str]] = {
     "opsrun.operations": {"opsrun.model", "opsrun.errors", "opsrun._redact"},
     "opsrun.prompt": {"opsrun.model", "opsrun.ports", "opsrun.errors", "opsrun._redact"},
     "opsrun.report": {"opsrun.model", "opsrun.errors", "opsrun._redact"},
+    "opsrun._logs": set(),
+    "opsrun._telemetry": {"opsrun.model", "opsrun.errors", "opsrun._redact"},
+    "opsrun.telemetry": {"opsrun._telemetry", "opsrun._logs"},
 }
 """Packages and everything they may import from the rest of opsrun (``_config`` too)."""
 

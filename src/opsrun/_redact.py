@@ -226,6 +226,7 @@ class Redactor:
     builtin: bool = True
     max_depth: int = 32
     _rules: tuple[_Rule, ...] = field(init=False, repr=False, compare=False)
+    _prefilter: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         """Compile the rules.
@@ -254,6 +255,11 @@ class Redactor:
                 raise ConfigError(f"invalid redaction pattern {pattern!r}: {exc}") from exc
             rules.append((compiled, _mask_secret_group))
         object.__setattr__(self, "_rules", tuple(rules))
+        # Every anchored rule needs one of its literals in the text: one search for any
+        # of them tells whether a clean text can skip all of those rules at once.
+        anchors = sorted({a for r, _ in rules for a in _ANCHORS.get(r.pattern, ())})
+        prefilter = re.compile("|".join(map(re.escape, anchors))) if anchors else None
+        object.__setattr__(self, "_prefilter", prefilter)
 
     def with_secrets(self, *secrets: str) -> Redactor:
         """Return a copy that also masks ``secrets``.
@@ -273,10 +279,11 @@ class Redactor:
         if self.builtin:
             text = _redact_pem(text)
         lowered = text.lower()
+        anchored = self._prefilter is not None and self._prefilter.search(lowered) is not None
         for pattern, replace in self._rules:
             anchors = _ANCHORS.get(pattern.pattern)
             # A substring test is far cheaper than a regex pass over clean text.
-            if anchors is not None and not any(a in lowered for a in anchors):
+            if anchors is not None and (not anchored or not any(a in lowered for a in anchors)):
                 continue
             text = pattern.sub(replace, text)
         return text

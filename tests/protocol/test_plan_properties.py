@@ -58,7 +58,16 @@ def test_arbitrary_json_raises_only_plan_error(value: Any, version: int, strict:
     _check(f"Here:\n```json\n{json.dumps(value, indent=1)}\n```", version, strict)
 
 
-name = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_-", min_size=1, max_size=8)
+_WINDOWS_DEVICES = {
+    "con",
+    "prn",
+    "aux",
+    "nul",
+    *(f"{d}{i}" for d in ("com", "lpt") for i in range(1, 10)),
+}
+name = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_-", min_size=1, max_size=8).filter(
+    lambda n: n not in _WINDOWS_DEVICES  # valid plans avoid names Windows reserves
+)
 safe_text = st.text(
     alphabet=st.characters(blacklist_categories=("Cc", "Cs"), blacklist_characters="\x00"),
     max_size=200,

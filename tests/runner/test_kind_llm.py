@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -17,6 +18,7 @@ from opsrun.errors import (
     ResponseFormatRejected,
 )
 from opsrun.kinds import LlmOperation, approximate_tokens, builtin_kinds
+from opsrun.kinds._llm import MAX_BACKOFF_SECONDS
 from opsrun.kinds.liquid import TemplateEngine, TemplateLimits
 from opsrun.model import (
     Artifact,
@@ -57,6 +59,19 @@ from opsrun.testing import (
 pytestmark = pytest.mark.anyio
 B, A = Hook.BEFORE_MAIN_LLM, Hook.AFTER_MAIN_LLM
 
+Sleep = Callable[[float], Awaitable[None]]
+
+
+class Waits:
+    """A recording ``sleep``: keeps the seconds asked for and returns at once."""
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.seconds.append(seconds)
+        await anyio.lowlevel.checkpoint()
+
 
 def llm_params(**overrides: Any) -> dict[str, Any]:
     params: dict[str, Any] = {
@@ -81,19 +96,30 @@ class Harness:
         engine: TemplateEngine | None = None,
         token_counter: Any = None,
         main_llm: ScriptedMainLlm | None = None,
+        sleep: Sleep | None = None,
     ) -> None:
         self.provider = provider if provider is not None else ScriptedProvider()
         self.stores = InMemoryStores()
         self.main_llm = main_llm or ScriptedMainLlm()
-        self.catalog = OperationCatalog(
-            kinds=builtin_kinds(
-                providers=ProviderRegistry({"test": self.provider}),
+        registry = ProviderRegistry({"test": self.provider})
+        kinds = builtin_kinds(
+            providers=registry,
+            credentials=credentials,
+            engine=engine,
+            schemas=schemas,
+            token_counter=token_counter,
+        )
+        if sleep is not None:  # the same llm kind, waiting through ``sleep``
+            kinds["llm"] = lambda definition: LlmOperation(
+                definition,
+                providers=registry,
                 credentials=credentials,
                 engine=engine,
                 schemas=schemas,
                 token_counter=token_counter,
+                sleep=sleep,
             )
-        )
+        self.catalog = OperationCatalog(kinds=kinds)
         self.catalog.add_definition(OperationDefinition(operation_id="aux", name="Aux", kind="llm"))
         self.runner = make_runner(stores=self.stores, catalog=self.catalog, main_llm=self.main_llm)
 
@@ -707,6 +733,87 @@ async def test_a_retry_that_would_pass_the_deadline_is_not_made() -> None:
     assert op.error is not None
     assert "no retry" in op.error.message
     assert op.outputs_summary["attempts"] == 1
+    assert h.provider.calls == 1
+
+
+async def test_the_backoff_doubles_from_backoff_ms_with_jitter() -> None:
+    waits = Waits()
+    errors = [ProviderError("boom 1"), ProviderError("boom 2"), ProviderError("boom 3")]
+    h = Harness(ScriptedProvider([*errors, "fine"]), sleep=waits)
+    retry = {"maxAttempts": 4, "backoffMs": 100, "retryOn": ["provider_error"]}
+    result = await h.run(llm_params(retry=retry))
+    assert aux(result).status == OperationStatus.DONE
+    assert aux(result).outputs_summary["attempts"] == 4
+    first, second, third = waits.seconds
+    # 100 ms doubling, plus a jitter of up to one backoffMs: never earlier than backoffMs.
+    assert 0.1 <= first <= 0.2
+    assert 0.2 <= second <= 0.3
+    assert 0.4 <= third <= 0.5
+
+
+async def test_the_backoff_is_capped() -> None:
+    waits = Waits()
+    h = Harness(ScriptedProvider([ProviderTimeout("late")] * 3 + ["fine"]), sleep=waits)
+    retry = {"maxAttempts": 4, "backoffMs": 20_000, "retryOn": ["timeout"]}
+    result = await h.run(llm_params(retry=retry))
+    assert aux(result).status == OperationStatus.DONE
+    first, *later = waits.seconds
+    assert 20 <= first <= MAX_BACKOFF_SECONDS
+    assert later == [MAX_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS]
+
+
+async def test_a_retry_after_longer_than_the_backoff_wins() -> None:
+    waits = Waits()
+    h = Harness(ScriptedProvider([RateLimited("429", retry_after=2.5), "fine"]), sleep=waits)
+    retry = {"maxAttempts": 2, "backoffMs": 10, "retryOn": ["rate_limit"]}
+    result = await h.run(llm_params(retry=retry))
+    assert aux(result).status == OperationStatus.DONE
+    assert waits.seconds == [2.5]
+
+
+async def test_the_format_step_down_neither_waits_nor_uses_up_a_retry() -> None:
+    waits = Waits()
+    provider = ScriptedProvider(
+        [ResponseFormatRejected("no schema"), ProviderTimeout("late"), '{"ok": true}'],
+        capabilities=ProviderCapabilities(structured_output="json_schema"),
+    )
+    h = Harness(provider, schemas={"obj": {"type": "object"}}, sleep=waits)
+    retry = {"maxAttempts": 2, "backoffMs": 50, "retryOn": ["timeout"]}
+    result = await h.run(llm_params(output={"mode": "json", "schemaRef": "obj"}, retry=retry))
+    op = aux(result)
+    assert op.status == OperationStatus.DONE
+    assert op.outputs_summary["attempts"] == 3
+    assert len(waits.seconds) == 1  # only before the retry of the timeout
+
+
+async def test_an_abort_during_the_backoff_ends_the_operation_aborted() -> None:
+    signal = AbortSignal()
+    asked: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        asked.append(seconds)
+        signal.abort()
+        await anyio.sleep(seconds)  # a real wait: only the abort can end it in time
+
+    h = Harness(ScriptedProvider([RateLimited("429", retry_after=30), "never"]), sleep=sleep)
+    retry = {"maxAttempts": 3, "retryOn": ["rate_limit"]}
+    entry = ProfileOperation(
+        operation_id="aux",
+        config=OperationConfig(hooks=(B,), order=1, params=llm_params(retry=retry)),
+    )
+    await h.stores.profiles.save_profile(
+        OperationProfile(
+            profile_id="p", name="P", operation_profile_session_id="s1", operations=(entry,)
+        )
+    )
+    with anyio.fail_after(5):
+        result = await h.runner.run(
+            RunRequest(trigger=Trigger.GENERATE, chat_id="c", profile_id="p", user_message="x"),
+            abort=signal,
+        )
+    assert asked == [30]
+    assert aux(result).status == OperationStatus.ABORTED
+    assert result.status.value == "aborted"
     assert h.provider.calls == 1
 
 

@@ -344,6 +344,50 @@ def test_a_history_the_host_wrote_without_turn_ids_keeps_its_answered_turns() ->
     assert [m.message_id for m in kept] == ["m1", "m2", "m4"]
 
 
+def _chat(*spec: str) -> list[ChatMessage]:
+    """Messages from ``"u1"`` (user message 1) and ``"a1"`` (an answer to user message 1)."""
+    messages = []
+    for i, item in enumerate(spec):
+        role = ChatRole.USER if item[0] == "u" else ChatRole.ASSISTANT
+        turn = None if role == ChatRole.USER else f"u{item[1:]}"
+        messages.append(
+            ChatMessage(
+                message_id=item if role == ChatRole.USER else f"{item}-{i}",
+                chat_id="c",
+                branch_id="main",
+                role=role,
+                turn_id=turn,
+                variants=(MessageVariant(variant_id="v", content=item),),
+                selected_variant_id="v",
+            )
+        )
+    return messages
+
+
+def test_an_answer_stored_after_later_turns_is_placed_after_its_own_turn() -> None:
+    # u1's run died; u2 and u3 were answered; a retry took u1 over and answered it last.
+    history = _chat("u1", "u2", "a2", "u3", "a3", "a1", "u4", "u5")
+    kept = [m.prompt_text for m in _answered(history, "u5")]
+    assert kept == ["u1", "a1", "u2", "a2", "u3", "a3", "u5"]  # u4 is unanswered
+
+
+@given(st.permutations(range(6)), st.sets(st.integers(0, 5)))
+def test_turns_read_by_the_runner_always_alternate(order: list[int], unanswered: set[int]) -> None:
+    # Answers arrive in any order after their questions; some questions get none.
+    spec = [f"u{i}" for i in range(6)]
+    for i in order:
+        if i not in unanswered:
+            position = max(spec.index(f"u{i}") + 1, len(spec) - 2)
+            spec.insert(position, f"a{i}")
+    spec.append("u9")
+    kept = _answered(_chat(*spec), "u9")
+    roles = [m.role for m in kept]
+    assert roles == [ChatRole.USER, ChatRole.ASSISTANT] * (len(kept) // 2) + [ChatRole.USER]
+    for question, answer in zip(kept[:-1:2], kept[1::2], strict=True):
+        assert answer.turn_id == question.message_id
+    assert len(kept) == 2 * (6 - len(unanswered)) + 1
+
+
 @pytest.mark.anyio
 async def test_after_the_reply_operations_know_its_message_and_variant() -> None:
     seen: list[tuple[str | None, str | None]] = []

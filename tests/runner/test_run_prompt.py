@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import pytest
 
 from _support import A, B, generate, make_runner, op, use_profile
+from opsrun.errors import ConfigError
 from opsrun.model import (
     AppendAfterLastUser,
+    ArchivedVersion,
     ArtifactRef,
     ArtifactUsage,
     AugmentationStorage,
@@ -25,6 +28,7 @@ from opsrun.model import (
 from opsrun.operations import OperationCatalog, OperationContext
 from opsrun.ports import MainLlmRequest
 from opsrun.prompt import HistoryWindow, SnapshotPolicy, prompt_hash
+from opsrun.report import render_markdown
 from opsrun.stores import InMemoryStores
 from opsrun.testing import ScriptedMainLlm
 
@@ -107,7 +111,17 @@ async def test_snapshot_matches_what_was_sent() -> None:
     assert snapshot is not None
     assert request is not None
     assert snapshot.prompt_hash == prompt_hash(request.messages) == result.run.main_llm.prompt_hash
-    assert [(m.role, m.content) for m in snapshot.messages] == sent(request)
+    # History is kept by reference (id and hash): the chat store has its text.
+    kept = [(m.role, m.content) for m in snapshot.messages]
+    assert kept == [("system", "S"), ("user", None), ("system", "be brief")]
+    assert [(m.role, m.chars, m.sha256) for m in snapshot.messages] == [
+        (m.role, len(m.content), hashlib.sha256(m.content.encode()).hexdigest())
+        for m in request.messages
+    ]
+    history = snapshot.messages[1]
+    assert history.storage == AugmentationStorage.REFERENCE
+    assert history.source is not None
+    assert history.source.message_id == result.run.user_message_id
     assert [m.domain_role for m in snapshot.messages] == [
         DomainRole.SYSTEM,
         DomainRole.USER,
@@ -195,7 +209,7 @@ async def test_snapshot_is_bounded_and_augmentation_follows_the_policy() -> None
     assert snapshot is not None
     system, user, notes = snapshot.messages
     assert (system.content, system.truncated, system.chars) == ("system pr…", True, 13)
-    assert (user.content, user.truncated, user.chars) == ("u" * 9 + "…", True, 40)
+    assert (user.content, user.storage, user.chars) == (None, AugmentationStorage.REFERENCE, 40)
     assert notes.content is None
     assert notes.storage == AugmentationStorage.HASH_ONLY
     assert notes.chars == len("private working notes")
@@ -206,10 +220,28 @@ async def test_snapshot_is_bounded_and_augmentation_follows_the_policy() -> None
     tight_result = await tight.run(generate("hello", system_prompt="system"))
     tight_snapshot = tight_result.run.main_llm.prompt
     assert tight_snapshot is not None
-    # The system message is served first; the rest keep only length and hash.
+    # The system message is served first; history costs nothing (kept by reference).
     assert [m.content for m in tight_snapshot.messages] == ["sys…", None]
     assert [m.chars for m in tight_snapshot.messages] == [6, 5]
-    assert tight_snapshot.omitted_messages == 1
+    assert tight_snapshot.omitted_messages == 0
+    # Once the budget is spent, later text keeps only its length and hash.
+    spent_stores, spent_catalog = InMemoryStores(), OperationCatalog()
+    spent = make_runner(
+        stores=spent_stores, catalog=spent_catalog, snapshot=SnapshotPolicy(max_total_chars=4)
+    )
+
+    @spent_catalog.function("notes", name="Notes")
+    async def _more(ctx: OperationContext) -> OperationResult:
+        return OperationResult.done(prompt=[AppendAfterLastUser(content="notes")])
+
+    await use_profile(spent_stores, op("notes"))
+    spent_result = await spent.run(generate("hello", system_prompt="system"))
+    spent_snapshot = spent_result.run.main_llm.prompt
+    assert spent_snapshot is not None
+    # Newest first after the system message: the notes take the budget, the system
+    # message is served first and gets it all.
+    assert [m.content for m in spent_snapshot.messages] == ["sys…", None, None]
+    assert spent_snapshot.omitted_messages == 1
 
 
 async def test_summary_storage_keeps_a_short_opening() -> None:
@@ -226,7 +258,7 @@ async def test_summary_storage_keeps_a_short_opening() -> None:
     snapshot = result.run.main_llm.prompt
     assert snapshot is not None
     user, notes = snapshot.messages
-    assert (user.content, user.storage) == ("question", AugmentationStorage.REDACTED)
+    assert (user.content, user.storage) == (None, AugmentationStorage.REFERENCE)
     assert (notes.content, notes.storage, notes.truncated) == (
         "abcdefg…",
         AugmentationStorage.SUMMARY,
@@ -263,7 +295,7 @@ async def test_artifact_writes_record_a_short_diff_and_pruned_versions() -> None
     ]
     # maxVersions=1 keeps one history item: the third write prunes version 1.
     assert [w.pruned_versions for w in writes] == [(), (), (1,)]
-    archived = stores.archive.versions(KEY, "world")
+    archived = await stores.archive.versions(KEY, "world")
     assert [(a.version.version, a.version.value, a.run_id) for a in archived] == [
         (1, {"turn": 1}, results[2].run.run_id)
     ]
@@ -278,6 +310,9 @@ class BrokenArchive:
     async def archive(self, *args: Any, **kwargs: Any) -> None:
         self.calls += 1
         raise OSError("disk full")
+
+    async def versions(self, key: OperationProfileSessionKey, tag: str) -> list[ArchivedVersion]:
+        return []
 
 
 async def test_a_failing_archive_keeps_the_previous_state() -> None:
@@ -326,15 +361,53 @@ async def test_a_new_session_id_starts_fresh_and_keeps_the_old_session() -> None
 async def test_a_spent_snapshot_budget_keeps_system_and_newest_messages() -> None:
     stores, catalog, llm = InMemoryStores(), OperationCatalog(), ScriptedMainLlm()
     runner = make_runner(
-        stores=stores, catalog=catalog, main_llm=llm, snapshot=SnapshotPolicy(max_total_chars=7)
+        stores=stores, catalog=catalog, main_llm=llm, snapshot=SnapshotPolicy(max_total_chars=5)
     )
-    await use_profile(stores)
-    for text in ("aaaa", "bbbb"):
-        await runner.run(generate(text, system_prompt="S"))
-    result = await runner.run(generate("cccc", system_prompt="S"))
+
+    @catalog.function("notes", name="Notes")
+    async def _notes(ctx: OperationContext) -> OperationResult:
+        notes = ("aaaa", "OK", "cccc")
+        return OperationResult.done(prompt=[AppendAfterLastUser(content=n) for n in notes])
+
+    await use_profile(stores, op("notes"))
+    await runner.run(generate("first", system_prompt="S"))
+    result = await runner.run(generate("second", system_prompt="S"))
     snapshot = result.run.main_llm.prompt
     assert snapshot is not None
-    assert [m.content for m in snapshot.messages] == ["S", None, None, None, "OK", "cccc"]
-    assert [m.chars for m in snapshot.messages] == [1, 4, 2, 4, 2, 4]
-    assert snapshot.omitted_messages == 3
-    assert snapshot.messages[2].sha256 == snapshot.messages[4].sha256  # "OK" both times
+    # System first, then from the newest back; history is kept by reference.
+    assert [m.content for m in snapshot.messages] == ["S", None, None, None, None, None, "cccc"]
+    assert [m.chars for m in snapshot.messages] == [1, 5, 2, 6, 4, 2, 4]
+    kinds = [m.source.kind if m.source else None for m in snapshot.messages]
+    assert kinds == ["system", "history", "history", "history", "effect", "effect", "effect"]
+    assert snapshot.omitted_messages == 2
+    assert snapshot.messages[2].sha256 == snapshot.messages[5].sha256  # "OK" both times
+
+
+async def test_explain_shows_history_kept_by_reference_while_its_text_is_unchanged() -> None:
+    stores = InMemoryStores()
+    runner = make_runner(stores=stores)
+    await use_profile(stores)
+    key = "sk-proj-" + "Ab3" * 16
+    result = await runner.run(generate(f"my key is {key}"))
+    first = await runner.explain(result.run.run_id)
+    assert first.prompt is not None
+    (message,) = first.prompt.messages
+    assert message.storage == AugmentationStorage.REFERENCE
+    assert message.content is not None
+    assert message.content.startswith("my key is sk-proj-")
+    assert key not in message.content  # shown redacted
+    # Edited since the run: the hash no longer matches, so no text is shown.
+    stored = await stores.chats.get_message("c", result.run.user_message_id)
+    variant = stored.variants[0].model_copy(update={"content": "something else"})
+    await stores.chats.save_message(stored.model_copy(update={"variants": (variant,)}))
+    report = await runner.explain(result.run.run_id)
+    assert report.prompt is not None
+    (edited,) = report.prompt.messages
+    assert (edited.content, edited.storage) == (None, AugmentationStorage.REFERENCE)
+    assert "no text with the hash sent was found" in render_markdown(report)
+
+
+def test_a_snapshot_policy_cannot_keep_augmentation_by_reference() -> None:
+    with pytest.raises(ConfigError) as caught:
+        SnapshotPolicy(augmentation=AugmentationStorage.REFERENCE)
+    assert caught.value.code == "config_error"

@@ -35,7 +35,7 @@ from opsrun.model import (
 )
 from opsrun.operations import OperationCatalog, OperationContext
 from opsrun.ports import MainLlmDone, ProviderCapabilities
-from opsrun.runner import Runner
+from opsrun.runner import MainLlmRetry, Runner
 from opsrun.stores import InMemoryStores
 from opsrun.testing import ScriptedMainLlm
 
@@ -244,6 +244,7 @@ async def test_main_llm_failure(
     reason: FinishReason,
 ) -> None:
     runner.main_llm = ScriptedMainLlm([exc])
+    runner.main_llm_retry = MainLlmRetry(max_attempts=1)  # the error itself, not its retry
     register(opsrun_catalog, "after")
     await use_profile(opsrun_stores, op("after", A))
     result = await runner.run(generate())

@@ -9,11 +9,11 @@ written, so a report can be rebuilt from stored records at any time.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Final
 
-from .._redact import DEFAULT_REDACTOR, Redactor
+from .._redact import DEFAULT_REDACTOR, Redactor, sha256_text
 from ..model import (
     AppliedEffect,
     AugmentationStorage,
@@ -21,6 +21,7 @@ from ..model import (
     OperationRun,
     PromptSource,
     Run,
+    SnapshotMessage,
 )
 from ._types import REASONING_NOTE as REASONING_NOTE
 from ._types import (
@@ -59,6 +60,7 @@ def build_report(
     *,
     user_message: str | None = None,
     history_size: int | None = None,
+    history_texts: Mapping[str, str] | None = None,
     redactor: Redactor | None = None,
 ) -> RunReport:
     """Explain a run from its records.
@@ -70,6 +72,9 @@ def build_report(
             redacted and cut to ``TEXT_LIMIT`` characters.
         history_size: How many chat messages the history held up to and including the
             turn's user message, if known.
+        history_texts: The chat's texts of history messages by message id, if known:
+            a message the run kept by reference is shown with this text (redacted, cut
+            to ``TEXT_LIMIT``) when its sha256 is still the one sent.
         redactor: Masks secrets in the user message and the reply (built-in rules by
             default); everything else was redacted when it was recorded.
 
@@ -88,6 +93,7 @@ def build_report(
     prompt = None
     storages: set[AugmentationStorage] = set()
     if snapshot is not None:
+        texts = history_texts or {}
         messages = tuple(
             ReportMessage(
                 position=i,
@@ -95,13 +101,14 @@ def build_report(
                 domain_role=m.domain_role,
                 source=_source_label(m.source),
                 source_kind=m.source.kind if m.source else None,
-                content=None if m.storage == AugmentationStorage.HASH_ONLY else m.content,
+                content=content,
                 chars=m.chars,
                 sha256=m.sha256[:HASH_PREFIX],
-                truncated=m.truncated,
+                truncated=truncated,
                 storage=m.storage,
             )
             for i, m in enumerate(snapshot.messages, start=1)
+            for content, truncated in (_kept_text(m, texts, redactor),)
         )
         storages = {m.storage for m in messages if m.source_kind in _AUGMENTATION_KINDS}
         prompt = ReportPrompt(
@@ -227,6 +234,22 @@ def _operations(run: Run, operation_runs: Sequence[OperationRun]) -> tuple[Repor
         )
         for o in ordered
     )
+
+
+def _kept_text(
+    message: SnapshotMessage, texts: Mapping[str, str], redactor: Redactor
+) -> tuple[str | None, bool]:
+    """The text a report shows of ``message``, and whether it was cut."""
+    if message.storage == AugmentationStorage.HASH_ONLY:
+        return None, message.truncated
+    if message.storage != AugmentationStorage.REFERENCE:
+        return message.content, message.truncated
+    message_id = message.source.message_id if message.source else None
+    text = texts.get(message_id) if message_id else None
+    if text is None or sha256_text(text) != message.sha256:
+        return None, False  # deleted, or edited since the run
+    text = redactor.redact(text)
+    return text[:TEXT_LIMIT], len(text) > TEXT_LIMIT
 
 
 def _excerpt(text: str | None, redactor: Redactor) -> ReportExcerpt | None:

@@ -194,7 +194,12 @@ def _prompt(prompt: ReportPrompt | None) -> list[str]:
             f"**{m.position}. {role}** · {_text(m.source)} · {m.chars} chars · "
             f"sha256 {_code(m.sha256)} · {m.storage}{cut}"
         )
-        if m.content is None:
+        if m.content is None and m.storage == "reference":
+            out.append(
+                "_Kept by reference to the chat message; no text with the hash sent was "
+                "found (not looked up, or edited or deleted since the run)._"
+            )
+        elif m.content is None:
             why = "hash_only" if m.storage == "hash_only" else "the snapshot's size limit"
             out.append(f"_Text not stored ({why}): only its length and hash are kept._")
         else:

@@ -119,7 +119,8 @@ class ReportMessage(Model):
     source_kind: str | None = None
     """``system``, ``history``, ``effect`` or ``artifact``; None in records without it."""
     content: str | None = None
-    """The stored text; None when only its hash was kept."""
+    """The stored text, or for a history message kept by reference the chat's text when
+    it still has the hash sent; None when only the hash is known."""
     chars: int
     """Length of the text actually sent."""
     sha256: str
@@ -127,7 +128,7 @@ class ReportMessage(Model):
     truncated: bool = False
     """True when the stored text was cut."""
     storage: AugmentationStorage = AugmentationStorage.REDACTED
-    """How the text was kept: ``redacted``, ``summary`` or ``hash_only``."""
+    """How the text was kept: ``redacted``, ``summary``, ``hash_only`` or ``reference``."""
 
 
 class ReportPrompt(Model):

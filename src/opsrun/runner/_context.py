@@ -1,4 +1,5 @@
-"""What every part of the engine reads about one run, and how an abort reaches it."""
+"""What every part of the engine reads about one run, how an abort reaches it, and how
+the main LLM call retries."""
 
 from __future__ import annotations
 
@@ -9,14 +10,64 @@ from typing import Any
 
 import anyio
 
+from .._config import require, require_at_least
 from .._redact import Redactor
+from .._retry import Backoff, Sleep
+from .._telemetry import Tracing
 from ..model import OperationProfileSessionKey, RunRequest
 from ..operations import AbortSignal, RunMeta
 from ..ports import ArtifactArchive, ChatStore, Clock, IdFactory, MainLlm, SessionStore
 from ..prompt import HistoryWindow, SnapshotPolicy
 from ._executor import Executor
 
-__all__ = ["Cancellation", "RunContext"]
+__all__ = ["Cancellation", "MainLlmRetry", "RunContext"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MainLlmRetry:
+    """How the main LLM call retries a failure that came before any streamed text.
+
+    A ``RateLimited`` or ``ProviderTimeout`` from the main LLM, raised before the call
+    emitted any ``main_llm.delta``, is retried: the call is made again after a wait that
+    doubles from ``initial_backoff`` up to ``max_backoff``, plus a random jitter of up to
+    ``initial_backoff``, and at least the provider's ``retry_after``. Once text was
+    streamed, an error ends the call. A retry whose wait would end at or after the run's
+    deadline is not made, and the run's abort ends a wait at once.
+
+    ``MainLlmRetry(max_attempts=1)`` turns retries off.
+
+    Attributes:
+        max_attempts: Calls in total, the first included.
+        initial_backoff: Seconds before the first retry; also the width of the jitter.
+        max_backoff: Cap of the backoff in seconds (a longer ``retry_after`` still wins).
+        jitter: Spread the waits at random, so clients that failed together do not
+            retry together.
+        sleep: How a wait passes (default ``anyio.sleep``); a test passes a recording
+            fake to see the waits without spending them.
+
+    Raises:
+        ConfigError: ``max_attempts`` is not an integer of at least 1, a backoff is
+            negative, or ``max_backoff`` is below ``initial_backoff``.
+    """
+
+    max_attempts: int = 3
+    initial_backoff: float = 0.5
+    max_backoff: float = 8.0
+    jitter: bool = True
+    sleep: Sleep = anyio.sleep
+
+    def __post_init__(self) -> None:
+        count = self.max_attempts
+        whole = isinstance(count, int) and not isinstance(count, bool)
+        require(self, "max_attempts", whole and count >= 1, "an integer >= 1")
+        require_at_least(self, 0, "initial_backoff", "max_backoff")
+        enough = self.max_backoff >= self.initial_backoff
+        require(self, "max_backoff", enough, "at least initial_backoff")
+
+    @property
+    def backoff(self) -> Backoff:
+        """The wait schedule between attempts."""
+        return Backoff(self.initial_backoff, self.max_backoff, self.jitter)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -42,6 +93,12 @@ class RunContext:
     summarize: Callable[[dict[str, Any]], dict[str, Any]]
     window: HistoryWindow | None
     snapshot: SnapshotPolicy
+    main_llm_retry: MainLlmRetry
+    """How the main LLM call retries failures that came before any streamed text."""
+    deadline: float | None
+    """``anyio.current_time()`` value of the run's deadline (``deadline_ms``), if any."""
+    tracing: Tracing | None = None
+    """The runner's spans (``Runner(telemetry=...)``); None: no spans at all."""
 
     @property
     def run_id(self) -> str:

@@ -30,7 +30,8 @@ class EventEmitter:
     ``emit`` never waits: events queue in memory and a single pump task hands them to
     the run store and the sink in batches, so a slow sink cannot reorder events or
     stall operations. After ``close`` the pump ends once the queue is delivered;
-    ``flush`` delivers what a cancelled pump left.
+    ``flush`` delivers what a cancelled pump left and what was emitted after it ended
+    (the record of a run cancelled from outside).
     """
 
     def __init__(
@@ -55,9 +56,12 @@ class EventEmitter:
         """How many queued events the sink was already handed."""
         self._templates: dict[type, OperationStarted | OperationFinished] = {}
 
+    @property
+    def pending(self) -> bool:
+        """True while some queued event is not delivered yet."""
+        return bool(self._queue)
+
     def _queue_event(self, event: RunEvent) -> None:
-        if self._closed:
-            raise anyio.ClosedResourceError
         self._queue.append(event)
         wakeup = self._wakeup
         if wakeup is not None:
@@ -164,7 +168,7 @@ class EventEmitter:
         self._stored = self._sent = 0
 
     def close(self) -> None:
-        """Stop accepting events; the pump ends after delivering the queue."""
+        """End the pump once it has delivered the queue."""
         self._closed = True
         wakeup = self._wakeup
         if wakeup is not None:

@@ -144,6 +144,10 @@ class OperationLedger:
         """The operations of ``hook``, in profile order."""
         return [e for e in self._execs if e.hook == hook]
 
+    def has_pending(self, hook: Hook) -> bool:
+        """True when some operation of ``hook`` is still to execute."""
+        return any(e.hook == hook and not e.terminal for e in self._execs)
+
     def announce(self, e: OpExec) -> None:
         """Emit ``operation.finished`` for ``e``, its error redacted once."""
         if e.finished_at is None:

@@ -1,12 +1,24 @@
-"""The one main LLM call of a run: prompt, streaming, errors and cancellation."""
+"""The one main LLM call of a run: prompt, streaming, retries, errors and cancellation."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from .._redact import StreamRedactor
+from .._retry import Sleep, call_with_retries, no_retry_message
+from .._telemetry import (
+    GEN_AI_REQUEST_FREQUENCY_PENALTY,
+    GEN_AI_REQUEST_MAX_TOKENS,
+    GEN_AI_REQUEST_PRESENCE_PENALTY,
+    GEN_AI_REQUEST_SEED,
+    GEN_AI_REQUEST_TEMPERATURE,
+    GEN_AI_REQUEST_TOP_K,
+    GEN_AI_REQUEST_TOP_P,
+)
 from ..errors import ProviderError, ProviderTimeout, RateLimited, bound_details
 from ..model import (
     FinishReason,
@@ -22,6 +34,9 @@ from ..prompt import EffectivePrompt, prompt_hash, take_snapshot, to_provider_me
 from ._context import Cancellation, RunContext
 from ._events import EventEmitter
 from ._ledger import error_of, redact_error
+
+if TYPE_CHECKING:
+    from opentelemetry.util.types import AttributeValue
 
 __all__ = ["call_main_llm"]
 
@@ -41,6 +56,12 @@ class _Stream:
     done: MainLlmDone | None = None
     error: OperationError | None = None
     reason: FinishReason = FinishReason.COMPLETED
+    streamed: bool = False
+    """A ``main_llm.delta`` was emitted: an error after it is final."""
+    transient: bool = False
+    """The error is one a retry may cure (``RateLimited``, ``ProviderTimeout``)."""
+    retry_after: float | None = None
+    """Seconds the provider asked to wait (``RateLimited.retry_after``)."""
 
 
 async def call_main_llm(
@@ -49,10 +70,78 @@ async def call_main_llm(
     cancellation: Cancellation,
     prompt: EffectivePrompt,
 ) -> MainLlmCall:
-    """Send ``prompt`` to the main LLM once and return the recorded call."""
+    """Send ``prompt`` to the main LLM and return the recorded call.
+
+    A transient failure before any text was streamed is retried as
+    ``ctx.main_llm_retry`` says; one ``main_llm.started`` and one ``main_llm.finished``
+    frame all the attempts. With telemetry, one span covers them all, as the current
+    span while the main LLM streams.
+    """
     call, request = _prepare(ctx, prompt)
+    tracing = ctx.tracing
+    if tracing is None:
+        return await _generate(ctx, emitter, cancellation, call, request)
+    span = tracing.start_llm(
+        "main",
+        model=_text_param(request.params, "model"),
+        provider=_text_param(request.params, "provider"),
+        conversation_id=request.chat_id,
+        request=_request_attributes(request.params),
+        redactor=ctx.redactor,
+    )
+    token = tracing.activate(span)
+    ended = call
+    try:
+        ended = await _generate(ctx, emitter, cancellation, call, request)
+    finally:
+        tracing.deactivate(token)
+        tracing.end_llm(
+            span,
+            redactor=ctx.redactor,
+            attempts=ended.attempts,
+            status=(ended.status or MainLlmStatus.ABORTED).value,
+            finish_reason=ended.finish_reason.value if ended.finish_reason else None,
+            provider_finish_reason=ended.provider_finish_reason,
+            usage=ended.usage,
+            error=ended.error,
+            messages=[(m.role, m.content) for m in request.messages],
+            reply=ended.text,
+        )
+    return ended
+
+
+async def _generate(
+    ctx: RunContext,
+    emitter: EventEmitter,
+    cancellation: Cancellation,
+    call: MainLlmCall,
+    request: MainLlmRequest,
+) -> MainLlmCall:
+    """Stream the reply, with retries; return the call as recorded."""
     emitter.emit(MainLlmStarted)
-    stream = await _stream(ctx, emitter, cancellation, request)
+    calls = 0
+
+    async def attempt() -> _Stream:
+        nonlocal calls
+        if cancellation.aborted:  # aborted during the backoff: no further call
+            return _Stream()
+        calls += 1
+        return await _stream(ctx, emitter, cancellation, request)
+
+    policy = ctx.main_llm_retry
+    retried = await call_with_retries(
+        attempt,
+        should_retry=lambda s: s.transient and not s.streamed and not cancellation.aborted,
+        retry_after=lambda s: s.retry_after,
+        max_attempts=policy.max_attempts,
+        backoff=policy.backoff,
+        deadline=ctx.deadline,
+        sleep=_abortable(policy.sleep, cancellation),
+    )
+    stream = retried.value
+    if stream.error is not None and retried.refused_wait is not None:
+        message = no_retry_message(stream.error.message, retried.refused_wait)
+        stream.error = error_of(stream.error.code, message, stream.error.details)
     status, reason, error = _outcome(stream, cancellation)
     done = stream.done
     if error is not None:
@@ -65,11 +154,59 @@ async def call_main_llm(
             "error": error,
             "text": done.text if done is not None else "".join(stream.parts),
             "usage": done.usage if done else None,
+            "attempts": calls,
             "finished_at": ctx.clock.now(),
         }
     )
     emitter.emit(MainLlmFinished, status=status, finish_reason=reason, error=error)
     return call
+
+
+_REQUEST_NUMBERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (GEN_AI_REQUEST_TEMPERATURE, ("temperature",)),
+    (GEN_AI_REQUEST_TOP_P, ("top_p", "topP")),
+    (GEN_AI_REQUEST_TOP_K, ("top_k", "topK")),
+    (
+        GEN_AI_REQUEST_MAX_TOKENS,
+        ("max_tokens", "maxTokens", "max_output_tokens", "maxOutputTokens"),
+    ),
+    (GEN_AI_REQUEST_SEED, ("seed",)),
+    (GEN_AI_REQUEST_FREQUENCY_PENALTY, ("frequency_penalty", "frequencyPenalty")),
+    (GEN_AI_REQUEST_PRESENCE_PENALTY, ("presence_penalty", "presencePenalty")),
+)
+"""The ``gen_ai.request.*`` attributes and the ``main_llm_params`` keys they are read from."""
+
+
+def _text_param(params: Mapping[str, Any], key: str) -> str | None:
+    value = params.get(key)
+    return value if isinstance(value, str) else None
+
+
+def _request_attributes(params: Mapping[str, Any]) -> dict[str, AttributeValue]:
+    """The request's numeric generation settings, as GenAI attributes (numbers only)."""
+    found: dict[str, AttributeValue] = {}
+    for attribute, keys in _REQUEST_NUMBERS:
+        for key in keys:
+            value = params.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                found[attribute] = value
+                break
+    return found
+
+
+def _abortable(sleep: Sleep, cancellation: Cancellation) -> Sleep:
+    """``sleep`` that the run's abort ends at once (the wait then simply returns)."""
+
+    async def wait(seconds: float) -> None:
+        scope = anyio.CancelScope()
+        cancellation.watch(scope)
+        try:
+            with scope:
+                await sleep(seconds)
+        finally:
+            cancellation.unwatch(scope)
+
+    return wait
 
 
 def _prepare(ctx: RunContext, prompt: EffectivePrompt) -> tuple[MainLlmCall, MainLlmRequest]:
@@ -131,6 +268,7 @@ async def _stream(
                     result.parts.append(item)
                     released = deltas.feed(item)
                     if released:
+                        result.streamed = True
                         emitter.emit(MainLlmDelta, text=released)
             finally:
                 aclose = getattr(stream, "aclose", None)
@@ -140,6 +278,8 @@ async def _stream(
     except ProviderError as exc:
         reason = next(r for kind, r in _FAILURES if isinstance(exc, kind))
         result.error, result.reason = error_of(exc.code, exc.message), reason
+        result.transient = exc.retryable
+        result.retry_after = exc.retry_after if isinstance(exc, RateLimited) else None
     except Exception as exc:  # a broken adapter must not crash the run
         result.error = error_of("main_llm_exception", f"{type(exc).__name__}: {exc}")
         result.reason = FinishReason.PROVIDER_ERROR
@@ -147,6 +287,7 @@ async def _stream(
         cancellation.unwatch(scope)
     rest = deltas.flush()
     if rest:
+        result.streamed = True
         emitter.emit(MainLlmDelta, text=rest)
     return result
 

@@ -15,6 +15,7 @@ from types import MappingProxyType
 import anyio
 from pydantic import TypeAdapter
 
+from .._logs import enter_run, leave, run_logger
 from ..model import (
     FailedDetails,
     FailedType,
@@ -25,7 +26,6 @@ from ..model import (
     OperationProfile,
     OperationRun,
     OperationStatus,
-    PromptMessage,
     Run,
     RunFinished,
     RunPhase,
@@ -53,6 +53,8 @@ _INSTANT: TypeAdapter[datetime] = TypeAdapter(datetime)
 
 FINISH_SECONDS = 5.0
 """How long a run cancelled from outside may take to record itself as aborted."""
+
+_log = run_logger("opsrun.runner")
 
 
 class RunDriver:
@@ -82,7 +84,6 @@ class RunDriver:
         self._staging = Staging(ctx)
         self._scheduler = Scheduler(ctx, self._ledger, self._cancellation, emitter)
         self._t0 = anyio.current_time()
-        self._draft: tuple[PromptMessage, ...] = ()
         self._main_llm = MainLlmCall()
         self.run = run
         self.result = RunResult(run=run)
@@ -96,19 +97,34 @@ class RunDriver:
         Cancelled from outside (the caller's cancel scope, a client that went away), the
         run is an abort with reason ``cancelled``: it is finished and stored in a
         shielded scope of at most :data:`FINISH_SECONDS`, then the cancellation goes on.
+
+        While it runs, the run's id is in the log context and, with telemetry, its span
+        is the current span (every task the run starts inherits both).
         """
         self._emitter.emit(RunStarted)
+        tracing = self._ctx.tracing
+        log_scope = enter_run(self.run.run_id)
+        span = token = None
+        if tracing is not None:
+            span = tracing.start_run(self.run)
+            token = tracing.activate(span)
+        _log.debug("run started (%s, chat %s)", self.run.trigger, self.run.chat_id)
         try:
+            # One task group for the run's helpers: the event pump, the lease heartbeat
+            # and, with a deadline, its watch.
             async with anyio.create_task_group() as tg:
+                tg.start_soon(self._emitter.pump)
+                tg.start_soon(self._heartbeat)
                 deadline_ms = self._ctx.request.deadline_ms
                 if deadline_ms is not None:
                     tg.start_soon(self._deadline_watch, deadline_ms / 1000)
-                tg.start_soon(self._heartbeat)
                 try:
                     await self._phases()
                 finally:
-                    # The watchers end on their own (no cancellation, no leftover cycle).
+                    # The helpers end on their own (no cancellation, no leftover cycle):
+                    # the watchers at once, the pump once the queue is delivered.
                     self._over.set()
+                    self._emitter.close()
         except anyio.get_cancelled_exc_class():
             if not self._finished:
                 self._ctx.abort.abort("cancelled")
@@ -118,6 +134,10 @@ class RunDriver:
             raise
         finally:
             self._cancellation.close()
+            if tracing is not None and span is not None and token is not None:
+                tracing.deactivate(token)
+                tracing.end_run(span, self.run)
+            leave(log_scope)
 
     async def _heartbeat(self) -> None:
         """Renew the run's lease every third of its length while the run goes on."""
@@ -203,23 +223,24 @@ class RunDriver:
     async def _hook(self, hook: Hook, phase: RunPhase) -> bool:
         """Run one hook; False when the run was aborted (and is now finished)."""
         self._phase(phase)
-        before = hook == Hook.BEFORE_MAIN_LLM
-        if before:
-            self._draft = self._staging.effective_prompt(self._turn.history).messages
-        if not self._cancellation.aborted:
-            view = HookView(
-                history=self._turn.visible_history(hook),
-                base=self._staging.committed(),
-                prompt=self._draft if before else None,
-                main_llm=None if before else self._main_llm,
-                run=None if before else self._meta_after_reply(),
-                host=MappingProxyType(self._ctx.request.host),
-            )
-            await self._scheduler.run_hook(hook, view)
+        # A hook with nothing left to execute needs no view (nor a draft prompt).
+        if self._ledger.has_pending(hook) and not self._cancellation.aborted:
+            await self._scheduler.run_hook(hook, self._view(hook))
         if self._cancellation.aborted:
             await self._finish_aborted()
             return False
         return True
+
+    def _view(self, hook: Hook) -> HookView:
+        """What the operations of ``hook`` read."""
+        host = MappingProxyType(self._ctx.request.host)
+        history = self._turn.visible_history(hook)
+        base = self._staging.committed()
+        if hook == Hook.BEFORE_MAIN_LLM:
+            draft = self._staging.effective_prompt(self._turn.history).messages
+            return HookView(history=history, base=base, prompt=draft, host=host)
+        run = self._meta_after_reply()
+        return HookView(history=history, base=base, main_llm=self._main_llm, run=run, host=host)
 
     def _meta_after_reply(self) -> RunMeta:
         """The run's identity with the assistant message and variant the reply made."""
@@ -289,6 +310,10 @@ class RunDriver:
         )
         self.result = RunResult(run=self.run, operation_runs=tuple(records))
         self._finished = True
+        if failed_type is None:
+            _log.debug("run finished: %s", status)
+        else:
+            _log.debug("run finished: %s (%s)", status, failed_type)
 
     def _recorded_main_llm(self) -> MainLlmCall:
         """The main LLM call as the run records it: its text redacted.

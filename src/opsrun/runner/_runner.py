@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
-import uuid
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -16,6 +16,7 @@ import anyio
 
 from .._config import require, require_at_least
 from .._redact import DEFAULT_REDACTOR, Redactor
+from .._telemetry import Telemetry, Tracing
 from ..errors import ConfigError, NotFound, ProfileInvalid, RunError, bound_details
 from ..model import (
     ChatMessage,
@@ -43,7 +44,7 @@ from ..ports import (
 )
 from ..prompt import HistoryWindow, SnapshotPolicy
 from ..report import RunReport, build_report
-from ._context import RunContext
+from ._context import MainLlmRetry, RunContext
 from ._events import EventEmitter
 from ._executor import Executor, InProcessExecutor
 from ._run import FINISH_SECONDS, RunDriver
@@ -64,11 +65,11 @@ class SystemClock:
 
 
 class UuidIds:
-    """Random ids ``<kind>_<32 hex>``."""
+    """Random ids ``<kind>_<32 hex>`` (128 random bits from the OS)."""
 
     def new_id(self, kind: str) -> str:
         """Return a new unique id."""
-        return f"{kind}_{uuid.uuid4().hex}"
+        return f"{kind}_{os.urandom(16).hex()}"
 
 
 class Runner:
@@ -101,11 +102,18 @@ class Runner:
         lease_seconds: How long a run's lease lasts; the runner renews it every third
             of that while the run goes on. A run whose process died stops renewing, and
             a retry of its turn after the lease expired takes the turn over.
+        main_llm_retry: How the main LLM call retries a rate limit or timeout that came
+            before any streamed text (default ``MainLlmRetry()``: 3 calls, backoff from
+            0.5 s up to 8 s with jitter; ``MainLlmRetry(max_attempts=1)`` turns it off).
+        telemetry: OpenTelemetry spans of each run, its hooks, operations and LLM calls
+            (:class:`~opsrun.telemetry.Telemetry`; default None: no spans, and
+            ``opentelemetry`` is not imported).
 
     Raises:
         ConfigError: a store is missing (neither in ``stores`` nor given on its own), or
             ``concurrent_turns`` is neither ``"wait"`` nor ``"refuse"``, or
-            ``lease_seconds`` is not positive.
+            ``lease_seconds`` is not positive, or ``telemetry`` is given but
+            ``opentelemetry-api`` is not installed.
     """
 
     def __init__(
@@ -129,6 +137,8 @@ class Runner:
         snapshot: SnapshotPolicy | None = None,
         concurrent_turns: Literal["wait", "refuse"] = "wait",
         lease_seconds: float = 30.0,
+        main_llm_retry: MainLlmRetry | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.catalog = catalog
         self.profiles = _store("profiles", profiles, stores, lambda s: s.profiles)
@@ -150,6 +160,9 @@ class Runner:
         require(self, "concurrent_turns", known, '"wait" or "refuse"')
         self.lease_seconds = lease_seconds
         require_at_least(self, 0.001, "lease_seconds")
+        self.main_llm_retry = main_llm_retry or MainLlmRetry()
+        self.telemetry = telemetry
+        self._tracing = Tracing(telemetry) if telemetry is not None else None
         self._active: dict[str, AbortSignal] = {}
         self._finished: dict[str, anyio.Event] = {}
         # Profiles are immutable: validation results are cached per profile object.
@@ -190,6 +203,7 @@ class Runner:
         run, op_runs = await self.runs.get_run(run_id)
         user_message: str | None = None
         history_size: int | None = None
+        texts: dict[str, str] = {}
         try:
             message = await self.chats.get_message(run.chat_id, run.user_message_id)
             user_message = message.prompt_text
@@ -197,6 +211,11 @@ class Runner:
             ids = [m.message_id for m in history]
             if run.user_message_id in ids:
                 history_size = ids.index(run.user_message_id) + 1
+            snapshot = run.main_llm.prompt
+            wanted = (
+                {m.source.message_id for m in snapshot.messages if m.source} if snapshot else ()
+            )
+            texts = {m.message_id: m.prompt_text for m in history if m.message_id in wanted}
         except NotFound:
             pass
         return build_report(
@@ -204,6 +223,7 @@ class Runner:
             op_runs,
             user_message=user_message,
             history_size=history_size,
+            history_texts=texts,
             redactor=self.redactor,
         )
 
@@ -258,6 +278,34 @@ class Runner:
             finally:
                 if not events.finished:
                     tg.cancel_scope.cancel()
+
+    async def follow(self, run_id: str, *, after_seq: int = 0) -> AsyncGenerator[RunEvent, None]:
+        """Yield a run's stored events after ``after_seq``, then each one its runner
+        stores, until ``run.finished``; the run may execute anywhere that shares the run
+        store, another process included (``RunStore.follow``).
+
+        This is how a web worker streams a run that another worker executes::
+
+            async with contextlib.aclosing(runner.follow(run_id, after_seq=last)) as events:
+                async for event in events:
+                    await send_to_client(sse_event(event))
+
+        After a reconnect, pass the ``seq`` of the last event the client received as
+        ``after_seq``: it resumes without gaps or repeats. Leaving early (a client that
+        went away) does not affect the run; close the iteration (``aclosing``) so the
+        store stops waiting for events at once.
+
+        Raises:
+            NotFound: the run is unknown (or was pruned), or was deleted while followed.
+        """
+        events = self.runs.follow(run_id, after_seq=after_seq)
+        try:
+            async for event in events:
+                yield event
+        finally:
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None:  # an async generator: close it with this one
+                await aclose()
 
     async def _run(
         self, request: RunRequest, abort: AbortSignal | None, sink: EventSink | None
@@ -328,17 +376,13 @@ class Runner:
         self._active[run.run_id] = signal
         self._finished[run.run_id] = anyio.Event()
         try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(emitter.pump)
-                try:
-                    await driver.drive()
-                finally:
-                    emitter.close()
+            await driver.drive()
         finally:
             # A cancelled pump leaves events behind: deliver them, shielded and bounded.
-            with anyio.CancelScope(shield=True) as scope:
-                scope.deadline = anyio.current_time() + FINISH_SECONDS
-                await emitter.flush()
+            if emitter.pending:
+                with anyio.CancelScope(shield=True) as scope:
+                    scope.deadline = anyio.current_time() + FINISH_SECONDS
+                    await emitter.flush()
             if forget_caller is not None:
                 forget_caller()
             del self._active[run.run_id]
@@ -383,6 +427,9 @@ class Runner:
             summarize=self.summarize,
             window=self.window,
             snapshot=self.snapshot,
+            main_llm_retry=self.main_llm_retry,
+            deadline=_deadline(request),
+            tracing=self._tracing,
         )
 
     async def _load_profile(self, request: RunRequest) -> OperationProfile | None:
@@ -435,24 +482,54 @@ _role = attrgetter("role")
 
 
 def _answered(history: list[ChatMessage], current: str) -> list[ChatMessage]:
-    """``history`` without the user messages left unanswered.
+    """``history`` as turns: each answered user message followed by its answer.
 
     A user message is answered when an assistant message names it as its turn, or when
-    an assistant message follows it directly (a history the host wrote itself).
+    an assistant message naming no stored turn follows it directly (a history the host
+    wrote itself). User messages left unanswered are left out (``current``, the turn
+    being run, stays). An answer stored after later turns (a turn taken over from a run
+    whose process died) is placed right after its user message.
     """
-    # One letter per message, so that user messages not followed by an assistant one are
-    # found by one regular-expression scan (this runs on every turn of a long chat).
+    # One letter per message: when no user message lacks an answer right after it and no
+    # two answers are adjacent, the history is already turns (answers are stored after
+    # their user message, one per turn). One scan decides; it runs on every turn.
     codes = "".join(map(_ROLE_CODES.__getitem__, map(_role, history)))
-    unfollowed = [match.start() for match in _UNFOLLOWED.finditer(codes)]
-    if not unfollowed:
+    if _UNFOLLOWED.search(codes) is None and "aa" not in codes:
         return history
-    replied = {m.turn_id for m in history if m.role is ChatRole.ASSISTANT}
-    dropped = {
-        i
-        for i in unfollowed
-        if history[i].message_id not in replied and history[i].message_id != current
-    }
-    return [m for i, m in enumerate(history) if i not in dropped]
+    questions = {m.message_id for m in history if m.role is ChatRole.USER}
+    answers: dict[str, list[ChatMessage]] = {}
+    for m in history:
+        if m.role is ChatRole.ASSISTANT and m.turn_id in questions:
+            answers.setdefault(m.turn_id, []).append(m)
+    turns: list[ChatMessage] = []
+    for i, m in enumerate(history):
+        if m.role is ChatRole.ASSISTANT and m.turn_id in questions:
+            continue  # placed after its user message
+        if m.role is not ChatRole.USER:
+            turns.append(m)
+            continue
+        own = answers.get(m.message_id)
+        if own:
+            turns.append(m)
+            turns.extend(own)
+        elif m.message_id == current or _host_answered(history, i, questions):
+            turns.append(m)
+    return turns
+
+
+def _host_answered(history: list[ChatMessage], index: int, questions: set[str]) -> bool:
+    """True when the message after ``index`` is an answer naming no stored turn."""
+    if index + 1 >= len(history):
+        return False
+    after = history[index + 1]
+    return after.role is ChatRole.ASSISTANT and after.turn_id not in questions
+
+
+def _deadline(request: RunRequest) -> float | None:
+    """The run's deadline as an ``anyio.current_time()`` value, if it has one."""
+    if request.deadline_ms is None:
+        return None
+    return anyio.current_time() + request.deadline_ms / 1000
 
 
 def _store(name: str, given: S | None, stores: Stores | None, pick: Callable[[Stores], S]) -> S:

@@ -11,11 +11,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from time import perf_counter
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.lowlevel
 
+from .._logs import enter_operation
 from ..errors import OperationFailed
 from ..model import (
     Artifact,
@@ -34,6 +35,9 @@ from ._artifacts import next_artifact
 from ._context import Cancellation, RunContext
 from ._events import EventEmitter
 from ._ledger import OperationLedger, OpExec, error_of
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 __all__ = ["HookView", "Scheduler", "policy_problem"]
 
@@ -84,6 +88,21 @@ class Scheduler:
             if e.operation_id in awaited:
                 e.finished = anyio.Event()
         pending.sort(key=lambda e: (e.config.order, e.operation_id))
+        tracing = self._ctx.tracing
+        if tracing is None:
+            await self._run_all(pending, by_id, view)
+            return
+        span = tracing.start_hook(hook, len(pending))
+        token = tracing.activate(span)  # the operations' tasks start under the hook's span
+        try:
+            await self._run_all(pending, by_id, view)
+        finally:
+            tracing.deactivate(token)
+            span.end()
+
+    async def _run_all(
+        self, pending: list[OpExec], by_id: dict[str, OpExec], view: HookView
+    ) -> None:
         shared = MappingProxyType(dict(view.base))
         async with anyio.create_task_group() as tg:
             # An abort cancels this scope: every task of the hook stops at its next await
@@ -143,18 +162,27 @@ class Scheduler:
         """
         implementation = e.implementation
         assert implementation is not None
-        async with self._ctx.executor.slot(implementation):
-            result, failure = await self._run_in_slot(e, implementation, view, artifacts)
-        timeout_ms = e.config.timeout_ms
-        if failure is not None:
-            e.end(OperationStatus.ERROR, error=failure)
-        elif result is None or (timeout_ms and (e.duration_ms or 0.0) >= timeout_ms):
-            e.end(
-                OperationStatus.ERROR,
-                error=error_of("timeout", f"operation exceeded timeoutMs={timeout_ms}"),
-            )
-        else:
-            self._accept(e, result)
+        tracing = self._ctx.tracing
+        span: Span | None = None
+        try:
+            async with self._ctx.executor.slot(implementation):
+                if tracing is not None:
+                    span = tracing.start_operation(e.definition, e.hook, e.config.required)
+                result, failure = await self._run_in_slot(e, implementation, view, artifacts, span)
+            timeout_ms = e.config.timeout_ms
+            if failure is not None:
+                e.end(OperationStatus.ERROR, error=failure)
+            elif result is None or (timeout_ms and (e.duration_ms or 0.0) >= timeout_ms):
+                e.end(
+                    OperationStatus.ERROR,
+                    error=error_of("timeout", f"operation exceeded timeoutMs={timeout_ms}"),
+                )
+            else:
+                self._accept(e, result)
+        finally:
+            # Ended once the status is settled (an abort leaves it running: aborted).
+            if tracing is not None and span is not None:
+                tracing.end_operation(span, e.status, e.skipped_reason, e.error, self._ctx.redactor)
 
     async def _run_in_slot(
         self,
@@ -162,8 +190,13 @@ class Scheduler:
         implementation: Operation[Any],
         view: HookView,
         artifacts: Mapping[str, Artifact],
+        span: Span | None,
     ) -> tuple[OperationResult | None, OperationError | None]:
-        """The result of one execution, or the error it ended with."""
+        """The result of one execution, or the error it ended with.
+
+        The operation executes with its id in the log context and, with telemetry, its
+        span as the current span.
+        """
         ctx = self._ctx
         config = e.config
         e.status = OperationStatus.RUNNING
@@ -191,6 +224,10 @@ class Scheduler:
             redactor=ctx.redactor,
             host=view.host,
         )
+        # Each operation runs in a task of its own: what it logs names it from here on.
+        enter_operation(ctx.meta.run_id, e.definition.operation_id)
+        tracing = ctx.tracing
+        token = tracing.activate(span) if tracing is not None and span is not None else None
         try:
             if deadline is None:
                 return _checked(await ctx.executor.execute(implementation, op_ctx)), None
@@ -213,6 +250,8 @@ class Scheduler:
             # Also reached when an abort cancels the hook: the run marks it aborted.
             e.finished_at = ctx.clock.now()
             e.duration_ms = (perf_counter() - started) * 1000
+            if tracing is not None and token is not None:
+                tracing.deactivate(token)
 
     def _accept(self, e: OpExec, result: OperationResult) -> None:
         summarize = self._ctx.summarize
