@@ -121,6 +121,9 @@ EXPECTED: dict[str, str] = {
         check_memory_patch load_schema looks_like_unified_diff normalize_eol parse_plan
         plan_from_json preview_plan recover replace_range schema_hash sha256_hex undo
         validate_plan
+        DriverConfig DriverResult EVENT_NAMES FallbackMetrics FilePlanState
+        InMemoryPlanState PlanDriver PlanEvent PlanEventSink PlanState REPAIR_HINTS
+        SavedPlan fallback_metrics load_traces system_prompt
     """,
     "opsrun.testing": """
         Delayed Exchange FakeAnthropicServer FakeClock FakeOpenAIServer FaultyFileSystem

@@ -1,9 +1,11 @@
-"""The LLM edit-plan protocol (v1 and v2): parse, validate, patch, apply.
+"""The LLM edit-plan protocol (v1 and v2): parse, validate, patch, apply, and the loop.
 
 Parse an LLM answer with :func:`parse_plan`, check it with :func:`validate_plan`
 (every rule, all violations at once), and apply it in :func:`canonical_order`.
 Schemas ship as package data; :func:`load_schema` returns the canonical schema
 or the variant derived for providers with strict structured outputs.
+:class:`PlanDriver` runs the whole loop (propose, validate, repair, fall back, preview,
+apply) against a project directory with any LLM provider.
 """
 
 from __future__ import annotations
@@ -12,6 +14,16 @@ from ._apply import ApplyResult as ApplyResult
 from ._apply import CheckCommand as CheckCommand
 from ._apply import apply_plan as apply_plan
 from ._content import looks_like_unified_diff as looks_like_unified_diff
+from ._driver import DriverResult as DriverResult
+from ._driver import PlanDriver as PlanDriver
+from ._driver_config import DriverConfig as DriverConfig
+from ._driver_state import FilePlanState as FilePlanState
+from ._driver_state import InMemoryPlanState as InMemoryPlanState
+from ._driver_state import PlanState as PlanState
+from ._driver_state import SavedPlan as SavedPlan
+from ._events import EVENT_NAMES as EVENT_NAMES
+from ._events import PlanEvent as PlanEvent
+from ._events import PlanEventSink as PlanEventSink
 from ._fs import FileSystem as FileSystem
 from ._journal import TransactionOutcome as TransactionOutcome
 from ._journal import recover as recover
@@ -24,6 +36,9 @@ from ._memory import ProjectPrefs as ProjectPrefs
 from ._memory import UserPrefs as UserPrefs
 from ._memory import apply_memory_patch as apply_memory_patch
 from ._memory import check_memory_patch as check_memory_patch
+from ._metrics import FallbackMetrics as FallbackMetrics
+from ._metrics import fallback_metrics as fallback_metrics
+from ._metrics import load_traces as load_traces
 from ._parse import normalize_eol as normalize_eol
 from ._parse import parse_plan as parse_plan
 from ._parse import plan_from_json as plan_from_json
@@ -39,14 +54,18 @@ from ._plan import Plan as Plan
 from ._plan import canonical_order as canonical_order
 from ._preview import DiffItem as DiffItem
 from ._preview import preview_plan as preview_plan
+from ._prompts import REPAIR_HINTS as REPAIR_HINTS
+from ._prompts import system_prompt as system_prompt
 from ._schemas import load_schema as load_schema
 from ._schemas import schema_hash as schema_hash
 from ._validate import NO_CHANGES_PREFIX as NO_CHANGES_PREFIX
 from ._validate import validate_plan as validate_plan
 
 __all__ = [
+    "EVENT_NAMES",
     "MEMORY_PATCH_KEYS",
     "NO_CHANGES_PREFIX",
+    "REPAIR_HINTS",
     "Action",
     "ActionKind",
     "ApplyResult",
@@ -54,11 +73,21 @@ __all__ = [
     "ContextRequest",
     "ContextRequestType",
     "DiffItem",
+    "DriverConfig",
+    "DriverResult",
+    "FallbackMetrics",
+    "FilePlanState",
     "FileSystem",
+    "InMemoryPlanState",
     "PathPolicy",
     "Plan",
+    "PlanDriver",
+    "PlanEvent",
+    "PlanEventSink",
     "PlanLimits",
+    "PlanState",
     "ProjectPrefs",
+    "SavedPlan",
     "TransactionOutcome",
     "UserPrefs",
     "Violation",
@@ -68,7 +97,9 @@ __all__ = [
     "canonical_order",
     "check_base_sha256",
     "check_memory_patch",
+    "fallback_metrics",
     "load_schema",
+    "load_traces",
     "looks_like_unified_diff",
     "normalize_eol",
     "parse_plan",
@@ -78,6 +109,7 @@ __all__ = [
     "replace_range",
     "schema_hash",
     "sha256_hex",
+    "system_prompt",
     "undo",
     "validate_plan",
 ]

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from opsrun.errors import ApplyError, OpsrunError
 
+from ._events import PlanEventSink, emit
 from ._fs import FileSystem, PathState, Tree
 from ._journal import Journal, after_state, begin, open_locked, rollback
 from ._limits import PathPolicy, PlanLimits
@@ -166,6 +167,7 @@ def apply_plan(
     limits: PlanLimits | None = None,
     policy: PathPolicy | None = None,
     fs: FileSystem | None = None,
+    events: PlanEventSink | None = None,
 ) -> ApplyResult:
     """Apply ``plan`` to the directory ``root`` as one transaction.
 
@@ -180,6 +182,8 @@ def apply_plan(
         limits: Validation limits.
         policy: Path policy.
         fs: The file-system door (tests inject faults here).
+        events: Where ``APPLY_SUCCESS``, ``APPLY_ROLLBACK`` (the tree was restored) and
+            ``APPLY_FAILED`` (refused before writing) go; default: stdlib ``logging``.
 
     Returns:
         The committed transaction; :func:`opsrun.protocol.undo` reverts it.
@@ -193,6 +197,46 @@ def apply_plan(
             ``ERR_CHECK_FAILED``, ``ERR_IO``, ``ERR_TX_BUSY``. The tree is back to its
             old state, except with ``ERR_ROLLBACK_FAILED``: then call ``recover(root)``.
     """
+    try:
+        result = _apply(
+            plan, root, check, allow_delete, check_timeout, read_paths, limits, policy, fs
+        )
+    except _RolledBack as rolled:
+        error = rolled.error
+        emit(events, "APPLY_ROLLBACK", code=error.code, reason=error.message[:200])
+        raise error from rolled.__cause__
+    except ApplyError as exc:
+        emit(events, "APPLY_FAILED", code=exc.code, reason=exc.message[:200])
+        raise
+    emit(
+        events,
+        "APPLY_SUCCESS",
+        tx_id=result.tx_id,
+        changed=len(result.changed),
+        check_returncode=result.check_returncode,
+    )
+    return result
+
+
+class _RolledBack(Exception):
+    """An apply failed after writing and the tree was restored: ``error`` says why."""
+
+    def __init__(self, error: ApplyError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+def _apply(
+    plan: Plan,
+    root: str | os.PathLike[str],
+    check: CheckCommand | None,
+    allow_delete: bool,
+    check_timeout: float,
+    read_paths: Collection[str] | None,
+    limits: PlanLimits | None,
+    policy: PathPolicy | None,
+    fs: FileSystem | None,
+) -> ApplyResult:
     blocking = validation_errors(plan, root, read_paths, limits, policy)
     if blocking:
         raise violations_error(ApplyError, blocking)
@@ -245,6 +289,8 @@ def apply_plan(
                 journal.set_status("rolled_back")
         if not isinstance(exc, Exception):
             raise
+        if journal is not None:
+            raise _RolledBack(error) from exc
         raise error from exc
     finally:
         if lock_fd is not None:

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from opsrun.errors import OpsrunError, PlanError
 
+from ._events import PlanEventSink, emit
 from ._fs import FileSystem, PathState, Tree
 from ._limits import PathPolicy, PlanLimits, Violation
 from ._patch import apply_patch, check_base_sha256, decode_text, replace_range
@@ -197,8 +198,12 @@ def preview_plan(
     limits: PlanLimits | None = None,
     policy: PathPolicy | None = None,
     fs: FileSystem | None = None,
+    events: PlanEventSink | None = None,
 ) -> list[DiffItem]:
     """Return one unified diff per path the plan touches, in apply order; write nothing.
+
+    Emits ``PREVIEW_READY`` (paths and diff size) to ``events`` (default: stdlib
+    ``logging``) when the preview is complete.
 
     Raises:
         PlanError: the first violation's code (all in ``details["violations"]``) when
@@ -231,4 +236,5 @@ def preview_plan(
                 diff=_diff(change.action.path, change.before, change.after),
             )
         )
+    emit(events, "PREVIEW_READY", paths=len(items), diff_chars=sum(len(i.diff) for i in items))
     return items

@@ -1,0 +1,665 @@
+"""PlanDriver: one user message in, a plan or an applied change out.
+
+A turn routes the message to PLAN or APPLY (:mod:`._mode`), proposes (system prompt of
+the protocol version, the context, the format reminder), parses and validates the answer,
+repairs it once when it is invalid, and in APPLY previews and applies it. Protocol v2 is
+tried first; an APPLY that v2 cannot express falls back to v1 once (repair first for
+``ERR_PATCH_APPLY_FAILED`` / ``ERR_V2_UPDATE_EXISTING_FORBIDDEN``, at once for
+``ERR_NON_UTF8_FILE``). Model misbehaviour never raises: it ends the turn ``failed``
+with a stable code. Everything is recorded in the turn's trace.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+
+from opsrun._redact import redact_value
+from opsrun._retry import Backoff, Sleep, call_with_retries
+from opsrun.errors import (
+    ConfigError,
+    OpsrunError,
+    PlanError,
+    ProviderError,
+    ProviderTimeout,
+    RateLimited,
+    ResponseFormatRejected,
+)
+from opsrun.model import Samplers
+from opsrun.ports import LlmProvider, LlmRequest, LlmResponse, ProviderMessage, ResponseFormat
+
+from ._apply import ApplyResult, apply_plan
+from ._driver_config import DriverConfig, DriverMode
+from ._driver_state import InMemoryPlanState, PlanState, SavedPlan
+from ._events import PlanEvent, PlanEventSink, emit, log_event
+from ._limits import Violation
+from ._mode import Route, route
+from ._parse import parse_plan
+from ._plan import ContextRequestType, Plan
+from ._preview import DiffItem, preview_plan
+from ._prompts import repair_prompt, system_prompt, user_prompt
+from ._schemas import load_schema
+from ._trace import TraceBuilder, write_trace
+from ._validate import validate_plan
+from ._workspace import ContextBlock, FileBlock, read_file_block, render_context
+
+__all__ = ["DriverResult", "PlanDriver", "TurnStatus"]
+
+TurnStatus = Literal["planned", "applied", "no_changes", "failed"]
+
+FALLBACK_AFTER_REPAIR = frozenset({"ERR_PATCH_APPLY_FAILED", "ERR_V2_UPDATE_EXISTING_FORBIDDEN"})
+"""v2 failures that get one v2 repair, then a v1 attempt."""
+FALLBACK_AT_ONCE = frozenset({"ERR_NON_UTF8_FILE"})
+"""v2 failures that go to v1 without a repair (v2 cannot patch such a file)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DriverResult:
+    """The outcome of one :meth:`PlanDriver.turn`.
+
+    Attributes:
+        mode: ``plan`` or ``apply``.
+        status: ``planned`` (a plan was saved), ``applied``, ``no_changes`` (APPLY found
+            nothing to change) or ``failed``.
+        plan: The validated plan, or None.
+        error_code: The ``ERR_*`` code when ``failed``, else None.
+        error_message: What went wrong, for people.
+        trace_id: A UUID per propose cycle (one per turn).
+        trace: The trace document.
+        violations: The problems of the last rejected answer.
+        preview: One diff per path the applied plan touched.
+        applied: The committed transaction (``undo(root)`` reverts it).
+        next_mode: ``plan`` when the turn failed because a file changed since it was read:
+            ask again (the saved plan is kept and its files are read afresh).
+    """
+
+    mode: DriverMode
+    status: TurnStatus
+    plan: Plan | None = None
+    error_code: str | None = None
+    error_message: str | None = None
+    trace_id: str
+    trace: dict[str, Any]
+    violations: tuple[Violation, ...] = ()
+    preview: tuple[DiffItem, ...] = ()
+    applied: ApplyResult | None = None
+    next_mode: DriverMode | None = None
+
+
+@dataclass(slots=True)
+class _Accepted:
+    plan: Plan
+    preview: tuple[DiffItem, ...] = ()
+
+
+@dataclass(slots=True)
+class _Rejected:
+    code: str
+    message: str
+    stage: str
+    violations: tuple[Violation, ...] = ()
+    fallback: bool = False
+    back_to_plan: bool = False
+
+
+@dataclass(slots=True)
+class _Round:
+    """What one protocol attempt shows the model."""
+
+    mode: DriverMode
+    goal: str
+    blocks: Sequence[ContextBlock] = ()
+    saved_summary: str | None = None
+    shown: dict[str, str] = field(default_factory=dict)  # path -> sha256 shown
+
+
+class PlanDriver:
+    """Runs the plan protocol's loop against a project directory with any LLM provider.
+
+    Args:
+        provider: The model (the ``LlmProvider`` port: ``OpenAIProvider``,
+            ``AnthropicProvider``, ``ScriptedProvider`` in tests…).
+        model: The model name sent with each request.
+        root: The project directory.
+        config: Settings (defaults: :class:`DriverConfig`).
+        events: Where log events go (default: stdlib ``logging``).
+        state: Where the plan waits for the APPLY turn (default: in memory).
+        sleep: How retry backoffs wait (``anyio.sleep``; tests pass a fake).
+
+    Raises:
+        ConfigError: ``root`` is not a directory (``root_invalid``), or ``config`` is not
+            a :class:`DriverConfig`.
+    """
+
+    def __init__(
+        self,
+        *,
+        provider: LlmProvider,
+        model: str,
+        root: str | os.PathLike[str],
+        config: DriverConfig | None = None,
+        events: PlanEventSink | None = None,
+        state: PlanState | None = None,
+        sleep: Sleep = anyio.sleep,
+    ) -> None:
+        if config is not None and not isinstance(config, DriverConfig):
+            raise ConfigError("config must be a DriverConfig", code="config_error")
+        path = Path(os.fspath(root))
+        if not path.is_dir():
+            raise ConfigError(
+                f"the project root {str(path)!r} is not a directory",
+                code="root_invalid",
+                details={"root": str(path)},
+            )
+        if not model:
+            raise ConfigError("model must be a non-empty string", code="config_error")
+        self.provider = provider
+        self.model = model
+        self.root = path
+        self.config = config or DriverConfig()
+        self.state: PlanState = state if state is not None else InMemoryPlanState()
+        self._events = events or log_event
+        self._sleep = sleep
+        self._format_rejected = False
+        self._lock: anyio.Lock | None = None
+
+    async def turn(self, message: str) -> DriverResult:
+        """Handle one user message: PLAN or APPLY, as the message asks.
+
+        Turns on one driver run one at a time. Model misbehaviour (bad JSON, invalid
+        plans, patches that do not apply, timeouts, provider errors) ends the turn with
+        ``status="failed"`` and a stable ``error_code``; it is never raised.
+
+        Raises:
+            ConfigError: the saved-plan state is unreadable (``plan_state_invalid``).
+        """
+        if self._lock is None:
+            self._lock = anyio.Lock()
+        async with self._lock:
+            return await self._turn(message)
+
+    async def _turn(self, message: str) -> DriverResult:
+        saved = await self.state.load()
+        chosen = route(message, has_saved_plan=saved is not None, config=self.config)
+        trace_id = str(uuid.uuid4())
+        goal = chosen.goal or (saved.goal if saved is not None else "")
+        trace = TraceBuilder(
+            trace_id,
+            config=self.config,
+            model=self.model,
+            provider=type(self.provider).__name__,
+            goal=goal,
+        )
+        trace["mode"] = chosen.mode
+        trace["route_reason"] = chosen.reason
+        turn = _Turn(self, trace, trace_id)
+        if chosen.mode == "plan":
+            result = await turn.plan(chosen)
+        else:
+            result = await turn.apply(chosen, saved if chosen.use_saved_plan else None)
+        trace["status"] = result.status
+        trace["error_code"] = result.error_code
+        trace["error_message"] = result.error_message
+        doc: dict[str, Any] = redact_value(trace.doc)
+        if self.config.write_traces:
+            await anyio.to_thread.run_sync(write_trace, self.root, doc)
+        return replace(result, trace=doc)
+
+
+class _Turn:
+    """The state of one turn: trace, calls made, the protocol attempt in progress."""
+
+    def __init__(self, driver: PlanDriver, trace: TraceBuilder, trace_id: str) -> None:
+        self.d = driver
+        self.cfg = driver.config
+        self.trace = trace
+        self.trace_id = trace_id
+
+    def emit(self, name: str, **fields: Any) -> None:
+        emit(self.d._events, name, self.trace_id, **fields)
+
+    def sink(self, event: PlanEvent) -> None:
+        """The driver's sink, with this turn's trace id added (for apply_plan/preview_plan)."""
+        emit(self.d._events, event.name, self.trace_id, **event.fields)
+
+    def result(self, mode: DriverMode, status: TurnStatus, **kw: Any) -> DriverResult:
+        return DriverResult(
+            mode=mode, status=status, trace_id=self.trace_id, trace=self.trace.doc, **kw
+        )
+
+    def failed(self, mode: DriverMode, rejected: _Rejected) -> DriverResult:
+        return self.result(
+            mode,
+            "failed",
+            error_code=rejected.code,
+            error_message=rejected.message,
+            violations=rejected.violations,
+            next_mode="plan" if rejected.back_to_plan else None,
+        )
+
+    # -- PLAN ---------------------------------------------------------------------------
+
+    async def plan(self, chosen: Route) -> DriverResult:
+        version = self.cfg.protocol_version
+        if not chosen.goal:
+            rejected = _Rejected("ERR_EMPTY_REQUEST", "the message asks for nothing", "route")
+            return self.failed("plan", rejected)
+        round_ = _Round("plan", chosen.goal)
+        outcome = await self.attempt(round_, version, fallback_possible=False)
+        if isinstance(outcome, _Rejected):
+            return self.failed("plan", outcome)
+        saved = SavedPlan(
+            goal=chosen.goal,
+            plan=outcome.plan,
+            protocol_version=outcome.plan.version,
+            trace_id=self.trace_id,
+            read_paths=tuple(round_.shown),
+            saved_at=datetime.now(UTC),
+        )
+        await self.d.state.save(saved)
+        self.emit("PLAN_SAVED", context_requests=len(outcome.plan.context_requests))
+        return self.result("plan", "planned", plan=outcome.plan)
+
+    # -- APPLY --------------------------------------------------------------------------
+
+    async def apply(self, chosen: Route, saved: SavedPlan | None) -> DriverResult:
+        goal = chosen.goal or (saved.goal if saved is not None else "")
+        if not goal:
+            rejected = _Rejected("ERR_EMPTY_REQUEST", "the message asks for nothing", "route")
+            return self.failed("apply", rejected)
+        blocks = await anyio.to_thread.run_sync(self.read_context, saved)
+        round_ = _Round(
+            "apply",
+            goal,
+            blocks,
+            saved.plan.summary if saved is not None else None,
+            {b.path: b.sha256 for b in blocks if isinstance(b, FileBlock)},
+        )
+        self.trace["read_paths"] = list(round_.shown)
+        self.trace["context"] = [_block_summary(b) for b in blocks]
+        version = self.cfg.protocol_version
+        fallback_possible = version == 2 and self.cfg.fallback_to_v1
+        outcome = await self.attempt(round_, version, fallback_possible=fallback_possible)
+        if isinstance(outcome, _Rejected) and outcome.fallback and fallback_possible:
+            self.trace["protocol_fallback_attempted"] = True
+            self.trace["protocol_fallback_reason"] = outcome.code
+            self.trace["protocol_fallback_stage"] = outcome.stage
+            self.emit(
+                "PROTOCOL_FALLBACK",
+                **{"from": "v2", "to": "v1"},
+                reason=outcome.code,
+                stage=outcome.stage,
+            )
+            outcome = await self.attempt(round_, 1, fallback_possible=False)
+        if isinstance(outcome, _Rejected):
+            return self.failed("apply", outcome)
+        plan = outcome.plan
+        if not plan.actions:  # validation accepted it: the summary says NO_CHANGES
+            await self.d.state.clear()
+            return self.result("apply", "no_changes", plan=plan)
+        try:
+            applied = await anyio.to_thread.run_sync(self.apply_now, plan, round_)
+        except OpsrunError as exc:
+            self.trace.add("errors", {"stage": "apply", "code": exc.code})
+            rejected = _Rejected(
+                exc.code,
+                exc.message,
+                "apply",
+                _violations(exc),
+                back_to_plan=exc.code == "ERR_BASE_MISMATCH",
+            )
+            return self.failed("apply", rejected)
+        self.trace["apply"] = {
+            "tx_id": applied.tx_id,
+            "changed": list(applied.changed),
+            "check_returncode": applied.check_returncode,
+        }
+        await self.d.state.clear()
+        return self.result("apply", "applied", plan=plan, preview=outcome.preview, applied=applied)
+
+    def read_context(self, saved: SavedPlan | None) -> list[ContextBlock]:
+        """The files the saved plan asked to read, read afresh."""
+        if saved is None:
+            return []
+        blocks: list[ContextBlock] = []
+        for request in saved.plan.context_requests:
+            if request.type != ContextRequestType.READ_FILE or request.path is None:
+                continue
+            blocks.append(
+                read_file_block(
+                    self.d.root,
+                    request.path,
+                    start_line=request.start_line,
+                    end_line=request.end_line,
+                    policy=self.cfg.policy,
+                    limits=self.cfg.limits,
+                    max_bytes=self.cfg.max_file_bytes,
+                )
+            )
+        return blocks
+
+    def apply_now(self, plan: Plan, round_: _Round) -> ApplyResult:
+        return apply_plan(
+            plan,
+            self.d.root,
+            check=self.cfg.check,
+            allow_delete=self.cfg.allow_delete,
+            check_timeout=self.cfg.check_timeout,
+            read_paths=tuple(round_.shown),
+            limits=self.cfg.limits,
+            policy=self.cfg.policy,
+            events=self.sink,
+        )
+
+    # -- one protocol attempt: propose, check, repair -----------------------------------
+
+    async def attempt(
+        self, round_: _Round, version: int, *, fallback_possible: bool
+    ) -> _Accepted | _Rejected:
+        self.trace.add("protocol_attempts", version)
+        context = render_context(round_.blocks)
+        messages = [
+            ProviderMessage("system", system_prompt(version)),
+            ProviderMessage(
+                "user",
+                user_prompt(
+                    mode=round_.mode,
+                    goal=round_.goal,
+                    version=version,
+                    saved_summary=round_.saved_summary,
+                    context=context,
+                ),
+            ),
+        ]
+        repairs_left = self.cfg.repair_attempts
+        while True:
+            purpose = "propose" if repairs_left == self.cfg.repair_attempts else "repair"
+            answer = await self.call(messages, version, purpose)
+            if isinstance(answer, _Rejected):
+                return answer
+            outcome = await anyio.to_thread.run_sync(
+                self.check, answer, round_, version, fallback_possible
+            )
+            if isinstance(outcome, _Accepted):
+                self.trace["protocol_version_used"] = outcome.plan.version
+                self.trace["validated_json"] = outcome.plan.model_dump(mode="json")
+                self.trace["event"] = "LLM_PLAN_OK"
+                self.emit("LLM_RESPONSE_OK", protocol=outcome.plan.version, purpose=purpose)
+                return outcome
+            self.trace.add("errors", {"stage": outcome.stage, "code": outcome.code})
+            self.emit(
+                "VALIDATION_FAILED",
+                code=outcome.code,
+                stage=outcome.stage,
+                reason=outcome.message[:200],
+                count=len(outcome.violations),
+            )
+            if outcome.fallback and outcome.code in FALLBACK_AT_ONCE:
+                return outcome
+            if outcome.back_to_plan or repairs_left <= 0:
+                return outcome
+            repairs_left -= 1
+            self.trace["repair_count"] = self.trace["repair_count"] + 1
+            if version == self.cfg.protocol_version:
+                self.trace["protocol_repair_attempt"] = 1
+            self.emit("LLM_RESPONSE_REPAIR", code=outcome.code, protocol=version)
+            problems = outcome.violations or (
+                Violation(code=outcome.code, message=outcome.message),
+            )
+            messages += [
+                ProviderMessage("assistant", answer),
+                ProviderMessage("user", repair_prompt(problems, mode=round_.mode, version=version)),
+            ]
+
+    def check(
+        self, answer: str, round_: _Round, version: int, fallback_possible: bool
+    ) -> _Accepted | _Rejected:
+        """Parse, validate and (in APPLY) preview one answer."""
+        lim = self.cfg.limits
+        # Best-effort parsing always: a provider's enforced format yields bare JSON anyway,
+        # and local validation runs in every case.
+        try:
+            plan = parse_plan(answer, version=version, limits=lim, eol=self.cfg.normalize_eol)
+        except PlanError as exc:
+            other = _other_version(answer, version, fallback_possible, self)
+            if other is None:
+                problems = _violations(exc) or (_violation(exc.code, exc.message),)
+                return _Rejected(exc.code, exc.message, "schema", problems)
+            self.trace["protocol_fallback_attempted"] = True
+            self.trace["protocol_fallback_reason"] = exc.code
+            self.trace["protocol_fallback_stage"] = "schema"
+            self.trace.add("protocol_attempts", other.version)
+            self.emit(
+                "PROTOCOL_FALLBACK",
+                **{"from": f"v{version}", "to": f"v{other.version}"},
+                reason=exc.code,
+                stage="schema",
+            )
+            plan = other
+        read_paths = tuple(round_.shown) if round_.mode == "apply" else None
+        found = validate_plan(
+            plan,
+            mode=round_.mode,
+            root=self.d.root,
+            read_paths=read_paths,
+            limits=lim,
+            policy=self.cfg.policy,
+        )
+        blocking = tuple(v for v in found if v.blocking)
+        if blocking:
+            return self.rejected(blocking, "validate", round_, plan.version, fallback_possible)
+        if round_.mode == "plan" or not plan.actions:
+            return _Accepted(plan)
+        try:
+            items = preview_plan(
+                plan,
+                self.d.root,
+                read_paths=read_paths,
+                limits=lim,
+                policy=self.cfg.policy,
+                events=self.sink,
+            )
+        except OpsrunError as exc:
+            problems = _violations(exc) or (Violation(code=exc.code, message=exc.message),)
+            return self.rejected(problems, "preview", round_, plan.version, fallback_possible)
+        self.trace["preview"] = [{"path": i.path, "kind": i.kind.value} for i in items]
+        return _Accepted(plan, tuple(items))
+
+    def rejected(
+        self,
+        problems: tuple[Violation, ...],
+        stage: str,
+        round_: _Round,
+        version: int,
+        fallback_possible: bool,
+    ) -> _Rejected:
+        first = problems[0]
+        codes = [v.code for v in problems]
+        if "ERR_BASE_MISMATCH" in codes and self.changed_on_disk(problems, round_):
+            hit = next(v for v in problems if v.code == "ERR_BASE_MISMATCH")
+            return _Rejected(
+                "ERR_BASE_MISMATCH",
+                f"{hit.path} changed since it was read; plan again",
+                stage,
+                problems,
+                back_to_plan=True,
+            )
+        if fallback_possible and version == 2:
+            for code in codes:
+                if code in FALLBACK_AT_ONCE or code in FALLBACK_AFTER_REPAIR:
+                    hit = next(v for v in problems if v.code == code)
+                    return _Rejected(code, hit.message, stage, problems, fallback=True)
+        return _Rejected(first.code, first.message, stage, problems)
+
+    def changed_on_disk(self, problems: Sequence[Violation], round_: _Round) -> bool:
+        """True when a file's hash now differs from the hash the model was shown."""
+        for v in problems:
+            if v.code != "ERR_BASE_MISMATCH" or v.path is None or v.path not in round_.shown:
+                continue
+            try:
+                data = (self.d.root / v.path).read_bytes()
+            except OSError:
+                return True
+            if hashlib.sha256(data).hexdigest() != round_.shown[v.path]:
+                return True
+        return False
+
+    # -- the model call -----------------------------------------------------------------
+
+    async def call(
+        self, messages: list[ProviderMessage], version: int, purpose: str
+    ) -> str | _Rejected:
+        """One completion (with provider retries and the response-format step-down)."""
+        level = self.format_level()
+        while True:
+            request = self.request(messages, version, level)
+            input_chars = sum(len(m.content) for m in messages)
+            self.emit(
+                "LLM_REQUEST_SENT",
+                model=self.d.model,
+                provider=type(self.d.provider).__name__,
+                schema_version=version,
+                token_budget=request.max_output_tokens,
+                input_chars=input_chars,
+                response_format=level,
+                purpose=purpose,
+            )
+            record: dict[str, Any] = {
+                "purpose": purpose,
+                "protocol": version,
+                "response_format": level,
+                "input_chars": input_chars,
+                "max_tokens": request.max_output_tokens,
+            }
+            self.trace.add("calls", record)
+            outcome = await self.complete(request)
+            if isinstance(outcome, LlmResponse):
+                record.update(
+                    outcome="ok", finish_reason=outcome.finish_reason, chars=len(outcome.text)
+                )
+                self.trace.raw(outcome.text)
+                return outcome.text
+            record["outcome"] = outcome.code
+            if isinstance(outcome, ResponseFormatRejected) and level != "none":
+                self.d._format_rejected = True
+                self.trace["response_format_fallback"] = True
+                self.emit(
+                    "LLM_RESPONSE_FORMAT_FALLBACK",
+                    **{"from": level, "to": "none"},
+                    reason=outcome.message[:200],
+                )
+                level = "none"
+                continue
+            if isinstance(outcome, ProviderTimeout):
+                self.emit("LLM_REQUEST_TIMEOUT", timeout=self.cfg.timeout)
+                return _Rejected("ERR_LLM_TIMEOUT", outcome.message, "llm")
+            self.emit("LLM_REQUEST_FAILED", code=outcome.code, reason=outcome.message[:200])
+            return _Rejected("ERR_LLM_REQUEST_FAILED", f"[{outcome.code}] {outcome.message}", "llm")
+
+    def format_level(self) -> str:
+        if not self.cfg.strict_json or self.d._format_rejected:
+            return "none"
+        return self.d.provider.capabilities.structured_output
+
+    def request(self, messages: list[ProviderMessage], version: int, level: str) -> LlmRequest:
+        response_format: ResponseFormat | None = None
+        if level in ("json_schema_strict", "json_schema"):
+            response_format = ResponseFormat(
+                type="json_schema",
+                schema=load_schema(version, provider=True),
+                name=f"opsrun_plan_v{version}",
+                strict=level == "json_schema_strict",
+            )
+        elif level == "json_object":
+            response_format = ResponseFormat(type="json")
+        cfg = self.cfg
+        return LlmRequest(
+            messages=tuple(messages),
+            model=self.d.model,
+            samplers=Samplers(
+                temperature=cfg.temperature,
+                top_p=cfg.top_p,
+                presence_penalty=cfg.presence_penalty,
+                frequency_penalty=cfg.frequency_penalty,
+            ),
+            max_output_tokens=cfg.output_tokens(sum(len(m.content) for m in messages)),
+            response_format=response_format,
+            timeout=cfg.timeout,
+            meta={"trace_id": self.trace_id},
+        )
+
+    async def complete(self, request: LlmRequest) -> LlmResponse | ProviderError:
+        """Call the provider with a time limit, retrying rate limits and outages."""
+
+        async def attempt() -> LlmResponse | ProviderError:
+            try:
+                with anyio.fail_after(self.cfg.timeout):
+                    return await self.d.provider.complete(request)
+            except TimeoutError:
+                return ProviderTimeout(f"no answer within {self.cfg.timeout:g}s")
+            except ProviderError as exc:
+                return exc
+
+        retried = await call_with_retries(
+            attempt,
+            should_retry=lambda o: (
+                isinstance(o, ProviderError) and o.retryable and not isinstance(o, ProviderTimeout)
+            ),
+            retry_after=lambda o: o.retry_after if isinstance(o, RateLimited) else None,
+            max_attempts=self.cfg.provider_attempts,
+            backoff=Backoff(0.5, 8.0),
+            sleep=self.d._sleep,
+        )
+        return retried.value
+
+
+def _other_version(answer: str, version: int, fallback_possible: bool, turn: _Turn) -> Plan | None:
+    """The answer parsed as the other protocol version, when fallback allows it."""
+    if not fallback_possible:
+        return None
+    try:
+        return parse_plan(
+            answer,
+            version=1 if version == 2 else 2,
+            limits=turn.cfg.limits,
+            eol=turn.cfg.normalize_eol,
+        )
+    except PlanError:
+        return None
+
+
+def _violation(code: str, message: str) -> Violation:
+    return Violation(code=code, message=message)
+
+
+def _violations(exc: OpsrunError) -> tuple[Violation, ...]:
+    raw = exc.details.get("violations")
+    if not isinstance(raw, list):
+        return ()
+    found: list[Violation] = []
+    for item in raw:
+        try:
+            found.append(Violation.model_validate(item))
+        except ValueError:
+            continue
+    return tuple(found)
+
+
+def _block_summary(block: ContextBlock) -> dict[str, Any]:
+    if isinstance(block, FileBlock):
+        return {
+            "type": "file",
+            "path": block.path,
+            "sha256": block.sha256,
+            "chars": len(block.text or ""),
+            "utf8": block.text is not None,
+        }
+    return {"type": "refused", "request": block.request, "reason": block.reason}
