@@ -7,12 +7,14 @@ callers with different limits never affect each other.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from opsrun._config import require, require_at_least
+from opsrun.errors import ConfigError
 
 __all__ = ["PathPolicy", "PlanLimits", "Severity", "Violation"]
 
@@ -140,12 +142,44 @@ class PathPolicy:
     """Whitelisted extension-less names."""
     whitelist_forbidden: tuple[str, ...] = DEFAULT_WHITELIST_FORBIDDEN
     """Globs refused at any depth while the whitelist is on."""
+    forbidden_prefixes: tuple[str, ...] = ()
+    """Path prefixes refused (``"build/"``, ``"vendor"``), compared case-insensitively with
+    the path as written; ``".."`` and ``"/"`` are always refused anyway."""
     check_elided_content: bool = True
     """Refuse edits of existing files whose new text elides code with placeholders."""
     check_elided_in_creates: bool = False
     """Also check CREATE_FILE content for elision placeholders."""
     block_unknown_memory_keys: bool = False
     """Report unknown memory_patch keys as errors instead of warnings."""
+
+    @classmethod
+    def from_whitelist(cls, whitelist: Mapping[str, Any], **overrides: Any) -> PathPolicy:
+        """A policy with the whitelist on, from the whitelist file's JSON object.
+
+        The keys are those of the protocol's whitelist file: ``allowed_extensions``,
+        ``allowed_no_extension``, ``forbidden_paths`` (globs refused at any depth) and
+        ``forbidden_prefixes``; any may be left out to keep the default. ``overrides``
+        sets other fields.
+
+        Example::
+
+            policy = PathPolicy.from_whitelist(json.loads(Path("whitelist.json").read_text()))
+
+        Raises:
+            ConfigError: an unknown key, or a value that is not a list of strings.
+        """
+        if not isinstance(whitelist, Mapping):
+            raise ConfigError("a whitelist is a JSON object", code="config_error")
+        unknown = sorted(set(whitelist) - set(_WHITELIST_KEYS))
+        if unknown:
+            raise ConfigError(
+                f"unknown whitelist key(s) {', '.join(map(repr, unknown))}; known: "
+                + ", ".join(_WHITELIST_KEYS),
+                code="config_error",
+                details={"field": unknown[0]},
+            )
+        fields: dict[str, Any] = {_WHITELIST_KEYS[k]: v for k, v in whitelist.items()}
+        return cls(**({"use_whitelist": True} | fields | overrides))
 
     def __post_init__(self) -> None:
         for name in _PATTERN_FIELDS:
@@ -165,7 +199,15 @@ _PATTERN_FIELDS = (
     "allowed_extensions",
     "allowed_no_extension",
     "whitelist_forbidden",
+    "forbidden_prefixes",
 )
+_WHITELIST_KEYS = {
+    "allowed_extensions": "allowed_extensions",
+    "allowed_no_extension": "allowed_no_extension",
+    "forbidden_paths": "whitelist_forbidden",
+    "forbidden_prefixes": "forbidden_prefixes",
+}
+"""The whitelist file's keys and the PathPolicy fields they set."""
 _SWITCHES = (
     "use_whitelist",
     "check_elided_content",

@@ -139,6 +139,12 @@ def path_codes(path: str, limits: PlanLimits, policy: PathPolicy) -> dict[str, s
         problem = _whitelist_problem(folded, policy)
         if problem is not None:
             found["ERR_FORBIDDEN_PATH"] = problem
+    if policy.forbidden_prefixes and not found:
+        lowered = folded.casefold()
+        for prefix in policy.forbidden_prefixes:
+            if lowered.startswith(prefix.casefold()):
+                found["ERR_FORBIDDEN_PATH"] = f"path starts with the forbidden prefix {prefix!r}"
+                break
     return found
 
 
