@@ -23,6 +23,7 @@ from contextlib import asynccontextmanager
 import anyio
 import anyio.from_thread
 import psycopg
+from psycopg import sql
 from psycopg.pq import ConnStatus, TransactionStatus
 
 from ...errors import StoreError
@@ -45,23 +46,37 @@ def _busy(chat_id: str, branch_id: str) -> StoreError:
     )
 
 
-def _begin(conn: Conn, keepalive: int | None) -> None:
-    """Start the hold's transaction, with settings that last as long as it does."""
-    conn.execute("BEGIN")
-    conn.execute(
-        "SELECT set_config('idle_in_transaction_session_timeout', '0', true),"
-        " set_config('statement_timeout', '0', true),"
-        " set_config('lock_timeout', '0', true),"
-        " set_config('application_name', %s, true)",
-        (HOLD_APPLICATION_NAME,),
-    )
+def _begin_and_try(conn: Conn, key: int, keepalive: int | None) -> bool:
+    """Start the hold's transaction, with settings that last as long as it does, and try
+    the lock: one round trip. True when the lock is taken.
+
+    A simple query (no parameters: the values are literals) leaves no portal, so the
+    transaction keeps no snapshot once it returns.
+    """
+    settings = [
+        ("idle_in_transaction_session_timeout", "0"),
+        ("statement_timeout", "0"),
+        ("lock_timeout", "0"),
+        ("application_name", HOLD_APPLICATION_NAME),
+    ]
     if keepalive is not None:  # the server notices a vanished host after ~2x keepalive
-        conn.execute(
-            "SELECT set_config('tcp_keepalives_idle', %s, true),"
-            " set_config('tcp_keepalives_interval', %s, true),"
-            " set_config('tcp_keepalives_count', '3', true)",
-            (str(keepalive), str(max(1, keepalive // 3))),
-        )
+        settings += [
+            ("tcp_keepalives_idle", str(keepalive)),
+            ("tcp_keepalives_interval", str(max(1, keepalive // 3))),
+            ("tcp_keepalives_count", "3"),
+        ]
+    query = sql.SQL("BEGIN; SELECT {}; SELECT pg_try_advisory_xact_lock({})").format(
+        sql.SQL(", ").join(
+            sql.SQL("set_config({}, {}, true)").format(sql.Literal(name), sql.Literal(value))
+            for name, value in settings
+        ),
+        sql.Literal(key),
+    )
+    cursor = conn.execute(query, prepare=False)
+    while cursor.nextset():  # the last statement's result
+        pass
+    row = cursor.fetchone()
+    return row is not None and bool(row[0])
 
 
 def _held(conn: Conn) -> None:
@@ -75,10 +90,7 @@ def _held(conn: Conn) -> None:
 
 
 def _try_lock(conn: Conn, key: int, keepalive: int | None) -> bool:
-    _begin(conn, keepalive)
-    row = conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (key,)).fetchone()
-    if row is not None and row[0]:
-        _held(conn)
+    if _begin_and_try(conn, key, keepalive):
         return True
     conn.execute("ROLLBACK")
     return False
@@ -170,9 +182,9 @@ class BranchHolds:
 
         def take() -> None:
             try:
-                _begin(conn, self._keepalive)
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
-                _held(conn)
+                if not _begin_and_try(conn, key, self._keepalive):  # busy: wait in its queue
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
+                    _held(conn)
             finally:
                 anyio.from_thread.run_sync(finished.set)
 

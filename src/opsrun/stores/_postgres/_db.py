@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import select
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -25,12 +26,13 @@ import psycopg
 import pydantic
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.pq import ConnStatus
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from ...errors import ConfigError, StoreError
 from ._schema import Conn, check_version, migrate
 
-__all__ = ["Database", "HeldConnection", "wait_readable"]
+__all__ = ["Database", "HeldConnection", "check_idle", "wait_readable"]
 
 T = TypeVar("T")
 
@@ -48,6 +50,34 @@ async def wait_readable(fd: int) -> None:
     # anyio < 4.7 waits on socket objects only: wait on a duplicate of the descriptor.
     with socket.socket(fileno=os.dup(fd)) as sock:
         await anyio.wait_socket_readable(sock)
+
+
+def check_idle(conn: Conn) -> None:
+    """Check a pooled connection as a call takes it, without a round trip when it is quiet.
+
+    An idle connection receives nothing unless the server ended it (a restart, an
+    administrator's ``pg_terminate_backend``, an idle timeout), which it announces with
+    a message or by closing the socket. So a connection whose socket has nothing to
+    read is used as it is; one that has is checked with an empty query, which fails
+    on a dead connection and makes the pool replace it.
+
+    Raises:
+        psycopg.Error: the connection does not work.
+    """
+    if conn.closed or conn.pgconn.status != ConnStatus.OK:
+        raise psycopg.OperationalError("the connection is closed")
+    if _readable(conn.fileno()):
+        ConnectionPool.check_connection(conn)
+
+
+def _readable(fd: int) -> bool:
+    """Whether ``fd`` has something to read or was closed, without waiting."""
+    if hasattr(select, "poll"):  # not limited to descriptors below FD_SETSIZE
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(0))
+    readable, _, _ = select.select([fd], [], [], 0)  # Windows
+    return bool(readable)
 
 
 def _connect_kwargs(dsn: str, timeout: float) -> dict[str, Any]:
@@ -193,9 +223,9 @@ class Database:
             min_size=min_size,
             max_size=max_size,
             timeout=self._timeout,
-            # An empty query before each use: a connection the server dropped (a restart)
-            # is replaced instead of failing a call.
-            check=ConnectionPool.check_connection,
+            # A connection the server dropped (a restart) is replaced instead of failing
+            # a call; a quiet one is used without a round trip (see check_idle).
+            check=check_idle,
             name=f"opsrun.{self.schema}.{name}",
             num_workers=workers,
             open=False,

@@ -22,7 +22,7 @@ from ...model import RunEvent, RunFinished
 from ._db import Database, wait_readable
 from ._schema import Conn, advisory_key
 
-__all__ = ["RunState", "follow", "notify"]
+__all__ = ["RunState", "channel", "follow", "notify"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from ...model import OperationRun, Page, Run, RunEvent, RunEventAdapter, RunStat
 from .._cursor import check_limit, check_prune, decode_cursor, encode_cursor, micros
 from ._branches import BranchHolds
 from ._db import Database
-from ._follow import RunState, follow, notify
+from ._follow import RunState, channel, follow, notify
 from ._schema import Conn, statement
 
 __all__ = ["PostgresRunStore"]
@@ -38,6 +38,20 @@ def _holds(held: Run, claimant: Run) -> bool:
     return held.status != RunStatus.RUNNING or lease is None or lease >= claimant.started_at
 
 
+def _run_row(run: Run) -> tuple[object, ...]:
+    """The columns of ``run``'s row but its operation runs, in table order."""
+    return (
+        run.run_id,
+        run.chat_id,
+        run.branch_id,
+        run.dedupe_key,
+        run.status.value,
+        run.abort_reason,
+        _utc(run.started_at),
+        run.model_dump_json(),
+    )
+
+
 class _Sql:
     """The run store's statements, composed once for its schema."""
 
@@ -51,8 +65,31 @@ class _Sql:
             " status = excluded.status, abort_reason = excluded.abort_reason,"
             " started_at = excluded.started_at, data = excluded.data",
         )
-        self.put_operation_runs = statement(
-            schema, "UPDATE {s}.runs SET operation_runs = %s WHERE run_id = %s"
+        # The run with its operation runs, in one statement (atomic without a transaction).
+        self.save_run = statement(
+            schema,
+            "INSERT INTO {s}.runs (run_id, chat_id, branch_id, dedupe_key, status,"
+            " abort_reason, started_at, data, operation_runs)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+            " ON CONFLICT (run_id) DO UPDATE SET chat_id = excluded.chat_id,"
+            " branch_id = excluded.branch_id, dedupe_key = excluded.dedupe_key,"
+            " status = excluded.status, abort_reason = excluded.abort_reason,"
+            " started_at = excluded.started_at, data = excluded.data,"
+            " operation_runs = excluded.operation_runs",
+        )
+        # A first claim of a turn key: takes the key and inserts the run in one statement;
+        # no row when the key is taken (the claim then checks its holder).
+        self.claim_new_key = statement(
+            schema,
+            "WITH taken AS (INSERT INTO {s}.turn_keys (dedupe_key, run_id) VALUES (%s, %s)"
+            " ON CONFLICT DO NOTHING RETURNING run_id)"
+            " INSERT INTO {s}.runs (run_id, chat_id, branch_id, dedupe_key, status,"
+            " abort_reason, started_at, data)"
+            " SELECT run_id, %s, %s, %s, %s, %s, %s::timestamptz, %s::json FROM taken"
+            " ON CONFLICT (run_id) DO UPDATE SET chat_id = excluded.chat_id,"
+            " branch_id = excluded.branch_id, dedupe_key = excluded.dedupe_key,"
+            " status = excluded.status, abort_reason = excluded.abort_reason,"
+            " started_at = excluded.started_at, data = excluded.data",
         )
         self.take_key = statement(
             schema,
@@ -70,10 +107,15 @@ class _Sql:
         self.running = statement(
             schema, "SELECT data::text FROM {s}.runs WHERE run_id = %s AND status = %s FOR UPDATE"
         )
+        # The events and the notification in one statement: atomic, one round trip,
+        # and the notification leaves when it commits.
         self.append = statement(
             schema,
-            "INSERT INTO {s}.events (run_id, seq, type, data) VALUES (%s, %s, %s, %s)"
-            " ON CONFLICT DO NOTHING",
+            "WITH appended AS (INSERT INTO {s}.events (run_id, seq, type, data)"
+            " SELECT %s, e.seq, e.type, e.data FROM ROWS FROM (unnest(%s::integer[]),"
+            " unnest(%s::text[]), json_array_elements(%s::json)) AS e (seq, type, data)"
+            " ON CONFLICT DO NOTHING)"
+            " SELECT pg_notify(%s, '')",
         )
         self.get_run = statement(
             schema, "SELECT data::text, operation_runs::text FROM {s}.runs WHERE run_id = %s"
@@ -120,19 +162,7 @@ class PostgresRunStore:
         self._branches = BranchHolds(db, keepalive=branch_keepalive)
 
     def _put_run(self, conn: Conn, run: Run) -> None:
-        conn.execute(
-            self._sql.put_run,
-            (
-                run.run_id,
-                run.chat_id,
-                run.branch_id,
-                run.dedupe_key,
-                run.status.value,
-                run.abort_reason,
-                _utc(run.started_at),
-                run.model_dump_json(),
-            ),
-        )
+        conn.execute(self._sql.put_run, _run_row(run))
 
     def _claim(self, run: Run, conn: Conn) -> Run:
         if run.dedupe_key:
@@ -165,7 +195,21 @@ class PostgresRunStore:
         Raises:
             StoreError: PostgreSQL failed.
         """
-        return await self._db.call(lambda conn: self._claim(run, conn))
+        row = _run_row(run)
+        if not run.dedupe_key:  # one statement: atomic by itself
+            await self._db.call(
+                lambda conn: conn.execute(self._sql.put_run, row), transaction=False
+            )
+            return run
+
+        def claim(conn: Conn) -> Run:
+            # The common case, a key nobody holds, in one statement; else check its holder.
+            if conn.execute(self._sql.claim_new_key, (run.dedupe_key, *row)).rowcount:
+                return run
+            with conn.transaction():
+                return self._claim(run, conn)
+
+        return await self._db.call(claim, transaction=False)
 
     async def renew_lease(self, run_id: str, until: datetime) -> None:
         """Extend a running run's lease to ``until`` (no effect on a finished or unknown run).
@@ -189,12 +233,10 @@ class PostgresRunStore:
             StoreError: PostgreSQL failed.
         """
         records = _OPERATION_RUNS.dump_json(list(operation_runs)).decode()
-
-        def write(conn: Conn) -> None:
-            self._put_run(conn, run)
-            conn.execute(self._sql.put_operation_runs, (records, run.run_id))
-
-        await self._db.call(write)
+        params = (*_run_row(run), records)
+        await self._db.call(
+            lambda conn: conn.execute(self._sql.save_run, params), transaction=False
+        )
 
     def hold_branch(
         self, chat_id: str, branch_id: str, *, wait: bool = True
@@ -223,13 +265,16 @@ class PostgresRunStore:
         """
         if not events:
             return
-        rows = [(run_id, e.seq, e.type, RunEventAdapter.dump_json(e).decode()) for e in events]
-
-        def write(conn: Conn) -> None:
-            conn.cursor().executemany(self._sql.append, rows)
-            notify(conn, self._db.schema, [run_id])
-
-        await self._db.call(write)
+        params = (
+            run_id,
+            [e.seq for e in events],
+            [e.type for e in events],
+            # One JSON array (each event's text is kept as written): cheaper to send
+            # than an array of texts, whose quotes would all be escaped.
+            "[" + ",".join(RunEventAdapter.dump_json(e).decode() for e in events) + "]",
+            channel(self._db.schema, run_id),
+        )
+        await self._db.call(lambda conn: conn.execute(self._sql.append, params), transaction=False)
 
     async def get_run(self, run_id: str) -> tuple[Run, list[OperationRun]]:
         """Return the run and its operation runs.
