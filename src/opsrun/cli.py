@@ -8,6 +8,10 @@ not parse, 2 for usage errors (bad arguments, unreadable file).
 
 ``opsrun plan apply FILE --root DIR``, ``plan undo`` and ``plan recover`` apply a
 plan to a directory transactionally (exit codes in docs/apply.md).
+
+``opsrun plan turn --root DIR --model M MESSAGE`` runs one turn of the plan driver
+against an OpenAI-compatible model; ``opsrun plan report --root DIR`` prints the
+fallback metrics of its traces (docs/driver.md).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from collections.abc import Sequence
 from importlib import metadata
 from typing import Any, TextIO
 
+from opsrun._cli_driver import add_driver_commands
 from opsrun.errors import PlanError
 from opsrun.protocol import Violation, parse_plan, validate_plan
 from opsrun.protocol._apply_cli import add_apply_commands
@@ -93,6 +98,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, Any]:
     check.add_argument("--json", action="store_true", help="Print the result as JSON.")
     check.set_defaults(handler=_plan_check)
     add_apply_commands(plan_commands)
+    add_driver_commands(plan_commands)
     return parser, plan_commands
 
 
