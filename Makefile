@@ -25,6 +25,7 @@ demo: $(STAMP_RUN)
 	$(BIN)/python examples/chat_openai.py
 	$(BIN)/python examples/notes_and_stats.py
 	$(BIN)/python examples/plan_apply.py
+	$(BIN)/python examples/plan_driver.py
 
 lint: $(STAMP_DEV)
 	$(BIN)/ruff check src tests examples benchmarks

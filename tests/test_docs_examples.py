@@ -70,3 +70,22 @@ def test_plan_apply_example_runs() -> None:
     assert "apply failed with ERR_CHECK_FAILED; rolled back: True" in out
     assert "applied: app.py, NOTES.md; check exit 0" in out
     assert "undo restores the original tree: True" in out
+
+
+def test_plan_driver_example_runs() -> None:
+    completed = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "plan_driver.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    out = completed.stdout
+    assert "-> plan: planned" in out
+    assert "[LLM_RESPONSE_REPAIR] code=ERR_PATCH_APPLY_FAILED" in out
+    assert "[PROTOCOL_FALLBACK] from=v2 to=v1 reason=ERR_PATCH_APPLY_FAILED" in out
+    assert "-> apply: applied" in out
+    assert "protocol attempts [2, 1], repairs 1" in out
+    assert "app.py fixed: True; the model was asked 4 times" in out
+    assert "undo restores app.py: True" in out
