@@ -38,6 +38,7 @@ BAD_POLICIES: list[tuple[str, object]] = [
     ("allowed_extensions", {".py"}),
     ("allowed_no_extension", b"README"),
     ("whitelist_forbidden", (None,)),
+    ("forbidden_prefixes", "build/"),
     ("use_whitelist", 1),
     ("check_elided_content", "yes"),
     ("check_elided_in_creates", None),
