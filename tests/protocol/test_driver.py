@@ -553,3 +553,18 @@ async def test_context_reads_refuse_escapes_and_protected_files(project: Path) -
     assert "REFUSED[read_file .env]: protected path" in prompt
     assert "hunter2" not in prompt
     assert f"FILE[app.py] (sha256={sha(APP)}, lines 2-2):\n    return value.strip()\n" in prompt
+
+
+async def test_a_patch_that_is_not_a_diff_is_repaired_not_fallen_back(project: Path) -> None:
+    provider = ScriptedProvider(
+        [plan_answer("app.py"), patch_answer(sha(APP), "replace strip with a guard"),
+         patch_answer(sha(APP))],
+        default=None,
+    )  # fmt: skip
+    d = driver(project, provider)
+    await d.turn("plan: fix parse")
+    result = await d.turn("ok")
+    assert result.status == "applied"
+    assert "REPAIR_ERR_PATCH_NOT_UNIFIED" in provider.requests[2].messages[-1].content
+    assert result.trace["protocol_fallback_attempted"] is False
+    assert result.trace["errors"][0]["code"] == "ERR_PATCH_NOT_UNIFIED"
