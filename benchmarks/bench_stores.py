@@ -95,6 +95,7 @@ from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -114,6 +115,7 @@ from opsrun import (
     Runner,
     RunRequest,
 )
+from opsrun.stores._sqlite import _worker  # to profile the jobs its threads run
 from opsrun.stores.sqlite import SqliteStores
 
 QUICK = "--quick" in sys.argv
@@ -568,11 +570,13 @@ async def compare() -> None:
 
 
 class ThreadProfiles:
-    """Profiles the callables that ``anyio.to_thread.run_sync`` runs, in their threads.
+    """Profiles what the SQLite stores' own threads run, in those threads.
 
     cProfile sees one thread only; the SQLite stores run every ``sqlite3`` call in a
-    worker thread. While installed, each call is wrapped so that a profiler of that
-    thread records it; calls are counted by the function's name (``_read``, ``_write``).
+    thread of their own (``opsrun.stores._sqlite._worker``), a read job alone, write jobs
+    in groups that share a transaction. While installed, the functions that run them
+    (``_run_read``, ``_run_writes``) are wrapped so that a profiler of their thread
+    records them, and the jobs handed over are counted by kind and store function.
     """
 
     def __init__(self, profile: bool) -> None:
@@ -580,23 +584,33 @@ class ThreadProfiles:
         self._profiles: dict[int, cProfile.Profile] = {}
         self._lock = threading.Lock()
         self.calls: Counter[str] = Counter()
-        self._original = anyio.to_thread.run_sync
+        self._originals = (_worker.Job.__init__, _worker._run_read, _worker._run_writes)
 
     def install(self) -> None:
-        original = self._original
+        init, run_read, run_writes = self._originals
 
-        async def run_sync(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-            self.calls[getattr(func, "__name__", repr(func))] += 1
-            if not self._profile:
-                return await original(func, *args, **kwargs)
-            return await original(self._wrap(func), *args, **kwargs)
+        def counted(job: Any, fn: Callable[..., Any], *, write: bool) -> None:
+            self.calls[f"{'write' if write else 'read'} {_function_name(fn)}"] += 1
+            init(job, fn, write=write)
 
-        anyio.to_thread.run_sync = run_sync  # type: ignore[assignment]  # same signature
+        def grouped(group: list[Any], *args: Any) -> None:
+            self.calls[f"write transaction of {len(group)} job(s)"] += 1
+            run_writes(group, *args)
+
+        _worker.Job.__init__ = counted  # type: ignore[method-assign,assignment]  # same call
+        _worker._run_writes = self._wrap(grouped)
+        if self._profile:
+            _worker._run_read = self._wrap(run_read)
 
     def uninstall(self) -> None:
-        anyio.to_thread.run_sync = self._original
+        init, run_read, run_writes = self._originals
+        _worker.Job.__init__ = init  # type: ignore[method-assign]
+        _worker._run_read, _worker._run_writes = run_read, run_writes
 
     def _wrap(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        if not self._profile:
+            return func
+
         def call(*args: Any) -> Any:
             ident = threading.get_ident()
             with self._lock:
@@ -631,6 +645,13 @@ async def _sqlite_turns(
             await around(side, next(chats))
 
 
+def _function_name(fn: Callable[..., Any]) -> str:
+    """A store function's name, through ``functools.partial`` layers."""
+    while isinstance(fn, partial):
+        fn = fn.func
+    return getattr(fn, "__qualname__", repr(fn)).replace(".<locals>", "")
+
+
 def _split(turns: int, tmp: Path) -> None:
     """Wall, event-loop-thread CPU and worker-thread CPU per turn, without a profiler."""
     threads = ThreadProfiles(profile=False)
@@ -660,7 +681,7 @@ def _split(turns: int, tmp: Path) -> None:
     per_turn = ", ".join(
         f"{name} {count / turns:.1f}" for name, count in threads.calls.most_common()
     )
-    print(f"worker-thread calls per turn (by function): {per_turn}")
+    print(f"store calls handed to the SQLite threads, per turn: {per_turn}")
 
 
 Row = tuple[int, int, float, float, dict[Any, Any]]
@@ -726,8 +747,8 @@ def _store_calls(stats: pstats.Stats, turns: int) -> None:
     """What the functions handed to the worker threads called, by cumulative time.
 
     The profiler starts inside each handed-over call, so those functions are the ones
-    without a caller (the stores' ``_read`` and ``_write``); below them are the store
-    functions, one per transaction or read.
+    without a caller (the worker's ``_run_read`` and ``_run_writes``, or the wrappers
+    around them); below them are the store functions and the transactions' statements.
     """
     rows = _rows(stats)
     entries = {key for key, row in rows.items() if not row[4] and "disable" not in key[2]}

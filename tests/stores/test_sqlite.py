@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import sqlite3
+import threading
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -341,3 +343,70 @@ async def test_turns_on_one_branch_take_turns_through_a_runner(tmp_path: Path) -
         history = await stores.chats.history("c", "main")
         assert [m.role for m in history] == [ChatRole.USER, ChatRole.ASSISTANT] * 3
         assert sorted(len(r.messages) for r in main_llm.requests) == [1, 3, 5]
+
+
+def _write_then_fail(conn: sqlite3.Connection) -> None:
+    conn.execute("INSERT INTO profiles (profile_id, data) VALUES ('lost', '{}')")
+    raise ValueError("refused after writing")
+
+
+async def test_writes_queued_together_commit_together_and_fail_alone(tmp_path: Path) -> None:
+    """Writes that queue up while another runs share its successor's transaction (group
+    commit); each one that fails rolls back alone and raises to its own caller."""
+    db = tmp_path / "chat.db"
+    with SqliteStores(db) as stores, anyio.fail_after(30):
+        gate = threading.Event()
+        failures: list[BaseException] = []
+
+        async def expect_failure() -> None:
+            with pytest.raises(ValueError, match="refused after writing") as failed:
+                await stores._db.write(_write_then_fail)
+            failures.append(failed.value)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stores._db.write, lambda conn: gate.wait(10))
+            await anyio.sleep(0.05)  # the writer's thread is inside that job
+            tg.start_soon(stores.profiles.save_profile, PROFILE)
+            tg.start_soon(expect_failure)
+            other = PROFILE.model_copy(update={"profile_id": "q"})
+            tg.start_soon(stores.profiles.save_profile, other)
+            await anyio.sleep(0.05)  # all three are queued
+            gate.set()
+        assert len(failures) == 1
+        assert await stores.profiles.get_profile("p") == PROFILE
+        assert await stores.profiles.get_profile("q") == other
+    assert _query(db, "SELECT profile_id FROM profiles ORDER BY profile_id") == [("p",), ("q",)]
+
+
+def _store_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith("opsrun-sqlite")}
+
+
+async def test_stores_stop_their_threads_when_closed_or_dropped(tmp_path: Path) -> None:
+    others = _store_threads()
+    stores = SqliteStores(tmp_path / "chat.db")
+    await stores.profiles.save_profile(PROFILE)
+    assert len(_store_threads() - others) == 2  # a writer and a reader
+    stores.close()
+    assert _store_threads() - others == set()
+    dropped = SqliteStores(tmp_path / "chat.db")
+    assert await dropped.profiles.get_profile("p") == PROFILE
+    assert len(_store_threads() - others) == 2
+    del dropped
+    gc.collect()
+    for _ in range(100):  # the finalizer asked the threads to stop; they end at once
+        if not _store_threads() - others:
+            break
+        await anyio.sleep(0.01)
+    assert _store_threads() - others == set()
+
+
+async def test_a_cancelled_call_waits_for_its_write_to_finish(tmp_path: Path) -> None:
+    with SqliteStores(tmp_path / "chat.db") as stores, anyio.fail_after(30):
+        gate = threading.Event()
+        with anyio.move_on_after(0.05):
+            threading.Timer(0.2, gate.set).start()
+            await stores._db.write(lambda conn: gate.wait(10))
+            assert gate.is_set()  # returned only once its transaction was over
+            await anyio.sleep(10)  # the cancellation arrives at the next checkpoint
+        assert gate.is_set()

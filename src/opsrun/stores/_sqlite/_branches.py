@@ -55,6 +55,15 @@ def _enqueue(
     )
 
 
+def _enqueue_first(
+    chat_id: str, branch_id: str, owner: str, now: float, lease: float, conn: sqlite3.Connection
+) -> bool:
+    """Queue ``owner`` and tell whether it heads the queue, in one transaction."""
+    _enqueue(chat_id, branch_id, owner, now, lease, True, conn)
+    first, _ = _place(chat_id, branch_id, owner, now, conn)
+    return first
+
+
 def _place(
     chat_id: str, branch_id: str, owner: str, now: float, conn: sqlite3.Connection
 ) -> tuple[bool, float | None]:
@@ -125,10 +134,13 @@ class BranchHolds:
         """
         owner = uuid.uuid4().hex
         try:
-            enqueue = partial(_enqueue, chat_id, branch_id, owner)
-            await self._db.write(partial(enqueue, self._clock(), self._lease, wait))
-            if wait:
-                await self._wait_turn(chat_id, branch_id, owner)
+            if not wait:
+                enqueue = partial(_enqueue, chat_id, branch_id, owner)
+                await self._db.write(partial(enqueue, self._clock(), self._lease, False))
+            else:  # the common case, a free branch, is one write
+                queue = partial(_enqueue_first, chat_id, branch_id, owner)
+                if not await self._db.write(partial(queue, self._clock(), self._lease)):
+                    await self._wait_turn(chat_id, branch_id, owner)
             failure: Exception | None = None
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._keep, chat_id, branch_id, owner)

@@ -1,26 +1,27 @@
 """One SQLite file shared by every store: its connections, transactions and worker threads.
 
-Blocking ``sqlite3`` calls run in worker threads (``anyio.to_thread``), so the stores work
-on asyncio and trio. Writes go through one writer connection, one transaction at a time
-(a lock in this process, ``BEGIN IMMEDIATE`` across processes); reads use a second
-connection and, in WAL mode, never wait for a writer. A worker thread is never abandoned:
-a cancelled caller waits for its transaction to commit or roll back.
+Blocking ``sqlite3`` calls run in threads of the stores' own, one per connection
+(:mod:`._worker`), so the stores work on asyncio and trio. Writes go through one writer
+connection, one transaction at a time (its thread in this process, ``BEGIN IMMEDIATE``
+across processes); writes queued together share a transaction. Reads use a second
+connection and, in WAL mode, never wait for a writer. A call is never abandoned: a
+cancelled caller waits for its transaction to commit or roll back.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
-import threading
+import weakref
 from collections.abc import Callable
-from contextlib import suppress
 from typing import TypeVar
 
-import anyio
 import pydantic
 
 from ...errors import StoreError
+from ._cache import RecordCache
 from ._schema import migrate
+from ._worker import Job, Worker
 
 __all__ = ["Database"]
 
@@ -29,8 +30,11 @@ T = TypeVar("T")
 _BUSY_CODES = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED (primary result codes)
 
 
-def _translate(exc: Exception, path: str) -> StoreError:
-    """A ``StoreError`` for a foreign exception raised inside a store call."""
+def _translate(exc: Exception, path: str) -> Exception:
+    """A ``StoreError`` for a foreign exception raised inside a store call (SQLite's, or a
+    record that does not parse); any other exception as it is."""
+    if not isinstance(exc, sqlite3.Error | pydantic.ValidationError):
+        return exc
     if isinstance(exc, pydantic.ValidationError):
         return StoreError(
             f"a stored record does not parse: {exc.error_count()} error(s)",
@@ -49,7 +53,7 @@ def _translate(exc: Exception, path: str) -> StoreError:
 
 def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
     # isolation_level=None: no implicit transactions; writes say BEGIN IMMEDIATE themselves.
-    # check_same_thread=False: each call runs in some worker thread, under a lock.
+    # check_same_thread=False: opened here, used by the connection's worker thread.
     return sqlite3.connect(
         path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
     )
@@ -70,27 +74,38 @@ class Database:
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float) -> None:
         self.path = os.fspath(path)
         self.private = self.path in (":memory:", "")
+        self.records = RecordCache()
+        """Records parsed from their stored text, reused while the text is the same."""
         self._closed = False
         try:
-            self._writer = _connect(self.path, busy_timeout)
+            writer = _connect(self.path, busy_timeout)
         except sqlite3.Error as exc:
-            raise _translate(exc, self.path) from exc
+            raise _store_error(exc, self.path) from exc
+        reader = writer
         try:
             if not self.private:
-                self._writer.execute("PRAGMA journal_mode = WAL").fetchall()
-                self._writer.execute("PRAGMA synchronous = NORMAL")
-            migrate(self._writer)
-            self._reader = self._writer
+                writer.execute("PRAGMA journal_mode = WAL").fetchall()
+                writer.execute("PRAGMA synchronous = NORMAL")
+            migrate(writer)
             if not self.private:
-                self._reader = _connect(self.path, busy_timeout)
-                self._reader.execute("PRAGMA query_only = ON")
+                reader = _connect(self.path, busy_timeout)
+                reader.execute("PRAGMA query_only = ON")
         except BaseException as exc:
-            self._writer.close()
+            writer.close()
             if isinstance(exc, sqlite3.Error):
-                raise _translate(exc, self.path) from exc
+                raise _store_error(exc, self.path) from exc
             raise
-        self._write_lock = threading.Lock()
-        self._read_lock = self._write_lock if self.private else threading.Lock()
+        translate = _Translate(self.path)
+        closed = _Closed(self.path)
+        name = f"opsrun-sqlite {os.path.basename(self.path) or 'memory'}"
+        self._writer = Worker(writer, name=name, translate=translate, closed_error=closed)
+        self._reader = self._writer
+        if reader is not writer:
+            self._reader = Worker(
+                reader, name=f"{name} reads", translate=translate, closed_error=closed
+            )
+        # Stores dropped without close() stop their threads and close their connections.
+        self._finalizer = weakref.finalize(self, _stop, self._writer, self._reader)
 
     @property
     def closed(self) -> bool:
@@ -99,65 +114,68 @@ class Database:
 
     def close(self) -> None:
         """Close both connections (waits for a running call); later calls raise."""
-        with self._write_lock:
-            if self._closed:
-                return
-            self._closed = True
-            if self._reader is not self._writer:
-                with self._read_lock:
-                    self._reader.close()
-            self._writer.close()
+        self._closed = True
+        self._finalizer()
 
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn`` on the reader connection in a worker thread.
+        """Run ``fn`` on the reader connection in its thread.
 
         Raises:
             StoreError: SQLite failed or a stored record does not parse.
         """
-        return await anyio.to_thread.run_sync(self._read, fn)
+        self._check_open()
+        return await Job(fn, write=False).wait(self._reader.submit)
 
     async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn`` in one ``BEGIN IMMEDIATE`` transaction on the writer connection.
+        """Run ``fn`` in a ``BEGIN IMMEDIATE`` transaction on the writer connection.
 
-        The transaction commits when ``fn`` returns and rolls back when it raises (a
-        ``StoreError`` that ``fn`` raises reaches the caller unchanged).
+        The transaction commits before this returns (possibly together with other
+        writes queued at the same time, each in a savepoint of its own); when ``fn``
+        raises, its changes roll back (a ``StoreError`` that ``fn`` raises reaches the
+        caller unchanged).
 
         Raises:
             StoreError: SQLite failed, the database stayed locked longer than the busy
                 timeout (``store_busy``), or ``fn`` refused the write.
         """
-        return await anyio.to_thread.run_sync(self._write, fn)
-
-    def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        with self._read_lock:
-            self._check_open()
-            try:
-                return fn(self._reader)
-            except (sqlite3.Error, pydantic.ValidationError) as exc:
-                raise _translate(exc, self.path) from exc
-
-    def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        with self._write_lock:
-            self._check_open()
-            conn = self._writer
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    result = fn(conn)
-                    conn.execute("COMMIT")
-                except BaseException:
-                    if conn.in_transaction:
-                        with suppress(sqlite3.Error):
-                            conn.execute("ROLLBACK")
-                    raise
-            except (sqlite3.Error, pydantic.ValidationError) as exc:
-                raise _translate(exc, self.path) from exc
-            return result
+        self._check_open()
+        return await Job(fn, write=True).wait(self._writer.submit)
 
     def _check_open(self) -> None:
         if self._closed:
-            raise StoreError(
-                f"the SQLite stores of {self.path!r} are closed",
-                code="store_closed",
-                details={"path": self.path},
-            )
+            raise _Closed(self.path)()
+
+
+def _store_error(exc: sqlite3.Error, path: str) -> StoreError:
+    error = _translate(exc, path)
+    assert isinstance(error, StoreError)  # a sqlite3.Error always translates
+    return error
+
+
+def _stop(*workers: Worker) -> None:
+    for worker in dict.fromkeys(workers):  # the private database's worker once
+        worker.stop()
+
+
+class _Translate:
+    """The translation of a worker's exceptions for one file (holds no store)."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+
+    def __call__(self, exc: Exception) -> Exception:
+        return _translate(exc, self._path)
+
+
+class _Closed:
+    """The error of a call on closed stores."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+
+    def __call__(self) -> StoreError:
+        return StoreError(
+            f"the SQLite stores of {self._path!r} are closed",
+            code="store_closed",
+            details={"path": self._path},
+        )

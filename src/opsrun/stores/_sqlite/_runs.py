@@ -43,6 +43,30 @@ def _holds(held: Run, claimant: Run) -> bool:
     return held.status != RunStatus.RUNNING or lease is None or lease >= claimant.started_at
 
 
+def _save_run(conn: sqlite3.Connection, run: Run, operation_runs: str) -> None:
+    """Replace ``run``'s record and its operation runs.
+
+    The usual case, a stored run whose keys stay, rewrites only the changing columns,
+    so the indexes on the keys are left as they are (fewer pages to write).
+    """
+    updated = conn.execute(
+        "UPDATE runs SET status = ?, data = ?, operation_runs = ? WHERE run_id = ?"
+        " AND chat_id = ? AND branch_id = ? AND dedupe_key = ? AND started_us = ?",
+        (
+            run.status.value,
+            run.model_dump_json(),
+            operation_runs,
+            run.run_id,
+            run.chat_id,
+            run.branch_id,
+            run.dedupe_key,
+            micros(run.started_at),
+        ),
+    ).rowcount
+    if not updated:
+        _put_run(conn, run, operation_runs)
+
+
 def _put_run(conn: sqlite3.Connection, run: Run, operation_runs: str | None = None) -> None:
     """Insert or replace ``run``'s record; its operation runs too when given."""
     conn.execute(
@@ -161,7 +185,7 @@ class SqliteRunStore:
             StoreError: the database failed.
         """
         records = _OPERATION_RUNS.dump_json(list(operation_runs)).decode()
-        await self._db.write(lambda conn: _put_run(conn, run, records))
+        await self._db.write(lambda conn: _save_run(conn, run, records))
 
     def hold_branch(
         self, chat_id: str, branch_id: str, *, wait: bool = True

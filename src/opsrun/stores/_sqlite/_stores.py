@@ -45,7 +45,7 @@ class SqliteProfileStore:
             row = conn.execute(
                 "SELECT data FROM profiles WHERE profile_id = ?", (profile_id,)
             ).fetchone()
-            return None if row is None else OperationProfile.model_validate_json(row[0])
+            return None if row is None else self._db.records.parse(OperationProfile, row[0])
 
         profile = await self._db.read(read)
         if profile is None:
@@ -87,7 +87,7 @@ class SqliteSessionStore:
 
         def read(conn: sqlite3.Connection) -> OperationProfileSession | None:
             row = conn.execute(f"SELECT data FROM sessions WHERE {_IN_SESSION}", where).fetchone()
-            return None if row is None else OperationProfileSession.model_validate_json(row[0])
+            return None if row is None else self._db.records.parse(OperationProfileSession, row[0])
 
         data = OperationProfileSession(key=key, created_at=now).model_dump_json()
 
@@ -115,7 +115,7 @@ class SqliteSessionStore:
             rows = conn.execute(
                 f"SELECT tag, data FROM artifacts WHERE {_IN_SESSION}", key.as_tuple()
             ).fetchall()
-            return {tag: Artifact.model_validate_json(data) for tag, data in rows}
+            return {tag: self._db.records.parse(Artifact, data) for tag, data in rows}
 
         return await self._db.read(read)
 
@@ -179,7 +179,8 @@ class SqliteChatStore:
                 "SELECT data FROM messages WHERE chat_id = ? AND branch_id = ? ORDER BY position",
                 (chat_id, branch_id),
             ).fetchall()
-            return [ChatMessage.model_validate_json(data) for (data,) in rows]
+            parse = self._db.records.parse
+            return [parse(ChatMessage, data) for (data,) in rows]
 
         return await self._db.read(read)
 
@@ -196,7 +197,7 @@ class SqliteChatStore:
                 "SELECT data FROM messages WHERE chat_id = ? AND message_id = ?",
                 (chat_id, message_id),
             ).fetchone()
-            return None if row is None else ChatMessage.model_validate_json(row[0])
+            return None if row is None else self._db.records.parse(ChatMessage, row[0])
 
         message = await self._db.read(read)
         if message is None:
@@ -300,7 +301,8 @@ def _wrote_chat(conn: sqlite3.Connection, chat_id: str, added: int, now: int) ->
         " write_seq = excluded.write_seq, updated_us = excluded.updated_us",
         (chat_id, added, seq, updated),
     )
-    conn.execute("DELETE FROM chats WHERE chat_id = ? AND message_count <= 0", (chat_id,))
+    if added < 0:
+        conn.execute("DELETE FROM chats WHERE chat_id = ? AND message_count <= 0", (chat_id,))
 
 
 class SqliteArchive:
