@@ -82,10 +82,16 @@ def test_plan_driver_example_runs() -> None:
     )
     assert completed.returncode == 0, completed.stderr
     out = completed.stdout
+    first, second = out.split("== you: plan: fix parse(None)")
+    assert "[CONTEXT_CACHE_MISS] type=read key=app.py 1 82" in first  # from the traceback
+    assert "-> plan: planned in 2 rounds" in first
+    assert "shown: tests/test_app.py sha256=" in first  # asked for, then shown with its hash
+    assert "-> apply: applied, the patch written against the hashes of app.py" in first
+    out = second
     assert "-> plan: planned" in out
     assert "[LLM_RESPONSE_REPAIR] code=ERR_PATCH_APPLY_FAILED" in out
     assert "[PROTOCOL_FALLBACK] from=v2 to=v1 reason=ERR_PATCH_APPLY_FAILED" in out
     assert "-> apply: applied" in out
     assert "protocol attempts [2, 1], repairs 1" in out
-    assert "app.py fixed: True; the model was asked 4 times" in out
+    assert "app.py fixed: True; the model was asked 5 times" in out
     assert "undo restores app.py: True" in out

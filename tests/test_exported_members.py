@@ -124,6 +124,9 @@ EXPECTED: dict[str, str] = {
         DriverConfig DriverResult EVENT_NAMES FallbackMetrics FilePlanState
         InMemoryPlanState PlanDriver PlanEvent PlanEventSink PlanState REPAIR_HINTS
         SavedPlan fallback_metrics load_traces system_prompt
+        ContextBlock EnvBlock FileBlock FileSystemContext LogsBlock ProjectContext Refusal
+        SearchBlock render_context ContextLimits Diet apply_diet FileMemory InMemoryMemory
+        MemoryStore memory_block
     """,
     "opsrun.testing": """
         Delayed Exchange FakeAnthropicServer FakeClock FakeOpenAIServer FaultyFileSystem

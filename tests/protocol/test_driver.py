@@ -14,6 +14,7 @@ from opsrun.ports import LlmRequest, ProviderCapabilities
 from opsrun.protocol import (
     DriverConfig,
     FilePlanState,
+    InMemoryMemory,
     PlanDriver,
     PlanEvent,
     load_traces,
@@ -74,12 +75,14 @@ class Events(list[PlanEvent]):
 
 
 def driver(project: Path, provider: Any, events: Events | None = None, **config: Any) -> PlanDriver:
+    """A driver whose PLAN turns take one round (context is fetched for APPLY)."""
     return PlanDriver(
         provider=provider,
         model="test-model",
         root=project,
-        config=DriverConfig(**config),
+        config=DriverConfig(**({"max_context_rounds": 0} | config)),
         events=(events if events is not None else Events()).append,
+        memory=InMemoryMemory(),
     )
 
 
@@ -465,12 +468,18 @@ async def test_the_file_state_carries_a_plan_across_drivers(project: Path) -> No
         model="m",
         root=project,
         state=FilePlanState(state_file),
+        config=DriverConfig(max_context_rounds=0),
+        memory=InMemoryMemory(),
     )
     await first.turn("plan: fix parse")
     assert state_file.is_file()
     second_provider = ScriptedProvider([patch_answer(sha(APP))])
     second = PlanDriver(
-        provider=second_provider, model="m", root=project, state=FilePlanState(state_file)
+        provider=second_provider,
+        model="m",
+        root=project,
+        state=FilePlanState(state_file),
+        memory=InMemoryMemory(),
     )
     assert (await second.turn("да")).status == "applied"
     assert not state_file.exists()
@@ -527,29 +536,19 @@ async def test_a_request_with_nothing_in_it_fails_cleanly(project: Path) -> None
 
 async def test_context_reads_refuse_escapes_and_protected_files(project: Path) -> None:
     (project / ".env").write_text("TOKEN=hunter2\n")
-    provider = ScriptedProvider(
-        [plan_answer("app.py"), answer(summary="NO_CHANGES: fine")], default=None
+    asks = answer(
+        summary="need to look",
+        context_requests=[
+            {"type": "read_file", "path": "../../etc/passwd"},
+            {"type": "read_file", "path": ".env"},
+            {"type": "read_file", "path": "app.py", "start_line": 2, "end_line": 2},
+        ],
     )
-    d = driver(project, provider)
-    await d.turn("plan: look")
-    saved = await d.state.load()
-    assert saved is not None
-    # A plan saved by an earlier version or edited by hand: the reads are checked again.
-    from opsrun.protocol import ContextRequest
-
-    requests = (
-        ContextRequest(type="read_file", path="../../etc/passwd"),
-        ContextRequest(type="read_file", path=".env"),
-        ContextRequest(type="read_file", path="app.py", start_line=2, end_line=2),
-    )
-    forged = saved.model_copy(
-        update={"plan": saved.plan.model_copy(update={"context_requests": requests})}
-    )
-    await d.state.save(forged)
-    result = await d.turn("ok")
-    assert result.status == "no_changes"
+    provider = ScriptedProvider([asks, plan_answer()], default=None)
+    result = await driver(project, provider, max_context_rounds=1).turn("plan: look")
+    assert result.status == "planned"  # a bad request is refused, not repaired
     prompt = provider.requests[1].messages[1].content
-    assert "REFUSED[read_file ../../etc/passwd]" in prompt
+    assert "REFUSED[read_file ../../etc/passwd]: unsafe path" in prompt
     assert "REFUSED[read_file .env]: protected path" in prompt
     assert "hunter2" not in prompt
     assert f"FILE[app.py] (sha256={sha(APP)}, lines 2-2):\n    return value.strip()\n" in prompt

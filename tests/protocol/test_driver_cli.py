@@ -44,22 +44,24 @@ def test_plan_then_ok_through_a_real_http_server(
     base = hashlib.sha256(APP.encode()).hexdigest()
     action = {"kind": "PATCH_FILE", "path": "app.py", "base_sha256": base, "patch": PATCH}
     apply = json.dumps({"actions": [action], "summary": "parse(None) returns ''"})
-    with FakeOpenAIServer([PLAN, apply], default=None) as server:
+    seen = json.dumps({"actions": [], "summary": "Diagnosis: parse(None) crashes. Guard it."})
+    with FakeOpenAIServer([PLAN, seen, apply], default=None) as server:
         assert main(turn(project, server, "--trace", "plan: fix parse(None)")) == 0
         planned = capsys.readouterr().out
         assert "plan: planned" in planned
-        assert "wants read_file app.py" in planned
         assert "reply 'ok' to apply this plan" in planned
         assert (project / ".opsrun" / "driver" / "plan.json").is_file()
 
         assert main(turn(project, server, "--trace", "ok")) == 0
         applied = capsys.readouterr().out
-        body = server.requests[1].body
+        second_round = server.requests[1].body
+        body = server.requests[2].body
 
     assert "apply: applied" in applied
     assert "+    if value is None:" in applied  # the preview diff
     assert "undo with: opsrun plan undo --root" in applied
     assert (project / "app.py").read_text().startswith("def parse(value):\n    if value is None")
+    assert f"FILE[app.py] (sha256={base})" in second_round["messages"][1]["content"]
     assert body["model"] == "m"
     assert body["temperature"] == 0
     assert f"FILE[app.py] (sha256={base})" in body["messages"][1]["content"]

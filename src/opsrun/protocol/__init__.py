@@ -14,6 +14,18 @@ from ._apply import ApplyResult as ApplyResult
 from ._apply import CheckCommand as CheckCommand
 from ._apply import apply_plan as apply_plan
 from ._content import looks_like_unified_diff as looks_like_unified_diff
+from ._context import ContextBlock as ContextBlock
+from ._context import EnvBlock as EnvBlock
+from ._context import FileBlock as FileBlock
+from ._context import FileSystemContext as FileSystemContext
+from ._context import LogsBlock as LogsBlock
+from ._context import ProjectContext as ProjectContext
+from ._context import Refusal as Refusal
+from ._context import SearchBlock as SearchBlock
+from ._context import render_context as render_context
+from ._diet import ContextLimits as ContextLimits
+from ._diet import Diet as Diet
+from ._diet import apply_diet as apply_diet
 from ._driver import DriverResult as DriverResult
 from ._driver import PlanDriver as PlanDriver
 from ._driver_config import DriverConfig as DriverConfig
@@ -36,6 +48,10 @@ from ._memory import ProjectPrefs as ProjectPrefs
 from ._memory import UserPrefs as UserPrefs
 from ._memory import apply_memory_patch as apply_memory_patch
 from ._memory import check_memory_patch as check_memory_patch
+from ._memory_store import FileMemory as FileMemory
+from ._memory_store import InMemoryMemory as InMemoryMemory
+from ._memory_store import MemoryStore as MemoryStore
+from ._memory_store import memory_block as memory_block
 from ._metrics import FallbackMetrics as FallbackMetrics
 from ._metrics import fallback_metrics as fallback_metrics
 from ._metrics import load_traces as load_traces
@@ -70,15 +86,25 @@ __all__ = [
     "ActionKind",
     "ApplyResult",
     "CheckCommand",
+    "ContextBlock",
+    "ContextLimits",
     "ContextRequest",
     "ContextRequestType",
+    "Diet",
     "DiffItem",
     "DriverConfig",
     "DriverResult",
+    "EnvBlock",
     "FallbackMetrics",
+    "FileBlock",
+    "FileMemory",
     "FilePlanState",
     "FileSystem",
+    "FileSystemContext",
+    "InMemoryMemory",
     "InMemoryPlanState",
+    "LogsBlock",
+    "MemoryStore",
     "PathPolicy",
     "Plan",
     "PlanDriver",
@@ -86,11 +112,15 @@ __all__ = [
     "PlanEventSink",
     "PlanLimits",
     "PlanState",
+    "ProjectContext",
     "ProjectPrefs",
+    "Refusal",
     "SavedPlan",
+    "SearchBlock",
     "TransactionOutcome",
     "UserPrefs",
     "Violation",
+    "apply_diet",
     "apply_memory_patch",
     "apply_patch",
     "apply_plan",
@@ -101,11 +131,13 @@ __all__ = [
     "load_schema",
     "load_traces",
     "looks_like_unified_diff",
+    "memory_block",
     "normalize_eol",
     "parse_plan",
     "plan_from_json",
     "preview_plan",
     "recover",
+    "render_context",
     "replace_range",
     "schema_hash",
     "sha256_hex",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -36,20 +37,33 @@ from opsrun.errors import (
 from opsrun.model import Samplers
 from opsrun.ports import LlmProvider, LlmRequest, LlmResponse, ProviderMessage, ResponseFormat
 
-from ._apply import ApplyResult, apply_plan
+from ._apply import ApplyResult, CheckCommand, apply_plan
+from ._context import (
+    ContextBlock,
+    EnvBlock,
+    FileBlock,
+    FileSystemContext,
+    LogsBlock,
+    ProjectContext,
+    SearchBlock,
+    render_context,
+)
+from ._diet import Diet
 from ._driver_config import DriverConfig, DriverMode
 from ._driver_state import InMemoryPlanState, PlanState, SavedPlan
 from ._events import PlanEvent, PlanEventSink, emit, log_event
+from ._gather import Gatherer
 from ._limits import Violation
+from ._memory import ProjectPrefs, UserPrefs, apply_memory_patch, check_memory_patch
+from ._memory_store import FileMemory, MemoryStore, memory_block
 from ._mode import Route, route
 from ._parse import parse_plan
-from ._plan import ContextRequestType, Plan
+from ._plan import ContextRequest, Plan
 from ._preview import DiffItem, preview_plan
 from ._prompts import repair_prompt, system_prompt, user_prompt
 from ._schemas import load_schema
 from ._trace import TraceBuilder, write_trace
-from ._validate import validate_plan
-from ._workspace import ContextBlock, FileBlock, read_file_block, render_context
+from ._validate import NO_CHANGES_PREFIX, validate_plan
 
 __all__ = ["DriverResult", "PlanDriver", "TurnStatus"]
 
@@ -59,6 +73,7 @@ FALLBACK_AFTER_REPAIR = frozenset({"ERR_PATCH_APPLY_FAILED", "ERR_V2_UPDATE_EXIS
 """v2 failures that get one v2 repair, then a v1 attempt."""
 FALLBACK_AT_ONCE = frozenset({"ERR_NON_UTF8_FILE"})
 """v2 failures that go to v1 without a repair (v2 cannot patch such a file)."""
+_ANSWERED_BY_REFUSAL = frozenset({"ERR_CONTEXT_REQUEST_INVALID"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,6 +94,9 @@ class DriverResult:
         applied: The committed transaction (``undo(root)`` reverts it).
         next_mode: ``plan`` when the turn failed because a file changed since it was read:
             ask again (the saved plan is kept and its files are read afresh).
+        memory_applied: The ``memory_patch`` keys saved to engineering memory.
+        memory_dropped: The ``memory_patch`` problems: unknown keys (dropped), or the
+            whole patch when the host did not allow it this turn.
     """
 
     mode: DriverMode
@@ -92,12 +110,15 @@ class DriverResult:
     preview: tuple[DiffItem, ...] = ()
     applied: ApplyResult | None = None
     next_mode: DriverMode | None = None
+    memory_applied: dict[str, Any] = field(default_factory=dict)
+    memory_dropped: tuple[Violation, ...] = ()
 
 
 @dataclass(slots=True)
 class _Accepted:
     plan: Plan
     preview: tuple[DiffItem, ...] = ()
+    more_context: bool = False  # an APPLY answer that asks for context instead of acting
 
 
 @dataclass(slots=True)
@@ -119,6 +140,7 @@ class _Round:
     blocks: Sequence[ContextBlock] = ()
     saved_summary: str | None = None
     shown: dict[str, str] = field(default_factory=dict)  # path -> sha256 shown
+    rounds_left: int = 0
 
 
 class PlanDriver:
@@ -132,6 +154,9 @@ class PlanDriver:
         config: Settings (defaults: :class:`DriverConfig`).
         events: Where log events go (default: stdlib ``logging``).
         state: Where the plan waits for the APPLY turn (default: in memory).
+        context: Where context comes from (default: :class:`FileSystemContext` over
+            ``root`` with the config's path policy).
+        memory: Engineering memory (default: :meth:`FileMemory.for_project`).
         sleep: How retry backoffs wait (``anyio.sleep``; tests pass a fake).
 
     Raises:
@@ -148,6 +173,8 @@ class PlanDriver:
         config: DriverConfig | None = None,
         events: PlanEventSink | None = None,
         state: PlanState | None = None,
+        context: ProjectContext | None = None,
+        memory: MemoryStore | None = None,
         sleep: Sleep = anyio.sleep,
     ) -> None:
         if config is not None and not isinstance(config, DriverConfig):
@@ -166,13 +193,21 @@ class PlanDriver:
         self.root = path
         self.config = config or DriverConfig()
         self.state: PlanState = state if state is not None else InMemoryPlanState()
+        cfg = self.config
+        self.context: ProjectContext = context or FileSystemContext(
+            root=path, policy=cfg.policy, limits=cfg.limits, max_file_bytes=cfg.max_file_bytes
+        )
+        self.memory: MemoryStore = memory if memory is not None else FileMemory.for_project(path)
         self._events = events or log_event
         self._sleep = sleep
         self._format_rejected = False
         self._lock: anyio.Lock | None = None
 
-    async def turn(self, message: str) -> DriverResult:
+    async def turn(self, message: str, *, report: str | None = None) -> DriverResult:
         """Handle one user message: PLAN or APPLY, as the message asks.
+
+        ``report`` is text attached to the message (a test log, a traceback); like the
+        message, it is searched for files and errors to show the model up front.
 
         Turns on one driver run one at a time. Model misbehaviour (bad JSON, invalid
         plans, patches that do not apply, timeouts, provider errors) ends the turn with
@@ -184,9 +219,9 @@ class PlanDriver:
         if self._lock is None:
             self._lock = anyio.Lock()
         async with self._lock:
-            return await self._turn(message)
+            return await self._turn(message, report)
 
-    async def _turn(self, message: str) -> DriverResult:
+    async def _turn(self, message: str, report: str | None) -> DriverResult:
         saved = await self.state.load()
         chosen = route(message, has_saved_plan=saved is not None, config=self.config)
         trace_id = str(uuid.uuid4())
@@ -200,11 +235,18 @@ class PlanDriver:
         )
         trace["mode"] = chosen.mode
         trace["route_reason"] = chosen.reason
-        turn = _Turn(self, trace, trace_id)
+        user, project = await self.memory.load()
+        turn = _Turn(self, trace, trace_id, user, project)
+        hints = "\n".join(t for t in (message, report) if t)
         if chosen.mode == "plan":
-            result = await turn.plan(chosen)
+            result = await turn.plan(chosen, hints)
         else:
-            result = await turn.apply(chosen, saved if chosen.use_saved_plan else None)
+            result = await turn.apply(chosen, saved if chosen.use_saved_plan else None, hints)
+        if result.plan is not None and result.status != "failed":
+            result = await turn.remember(result, message)
+        trace["context_stats"] = turn.context_stats
+        trace["cache_stats"] = turn.gather.cache.stats()
+        trace["context_rounds"] = turn.gather.rounds
         trace["status"] = result.status
         trace["error_code"] = result.error_code
         trace["error_message"] = result.error_message
@@ -217,11 +259,23 @@ class PlanDriver:
 class _Turn:
     """The state of one turn: trace, calls made, the protocol attempt in progress."""
 
-    def __init__(self, driver: PlanDriver, trace: TraceBuilder, trace_id: str) -> None:
+    def __init__(
+        self,
+        driver: PlanDriver,
+        trace: TraceBuilder,
+        trace_id: str,
+        user: UserPrefs,
+        project: ProjectPrefs,
+    ) -> None:
         self.d = driver
         self.cfg = driver.config
         self.trace = trace
         self.trace_id = trace_id
+        self.user = user
+        self.project = project
+        self.memory_text = memory_block(user, project)
+        self.gather = Gatherer(driver.context, self.cfg.context, driver.root, self.emit)
+        self.context_stats: dict[str, Any] = Diet((), (), 0).stats()
 
     def emit(self, name: str, **fields: Any) -> None:
         emit(self.d._events, name, self.trace_id, **fields)
@@ -247,47 +301,70 @@ class _Turn:
 
     # -- PLAN ---------------------------------------------------------------------------
 
-    async def plan(self, chosen: Route) -> DriverResult:
+    async def plan(self, chosen: Route, hints: str) -> DriverResult:
         version = self.cfg.protocol_version
         if not chosen.goal:
             rejected = _Rejected("ERR_EMPTY_REQUEST", "the message asks for nothing", "route")
             return self.failed("plan", rejected)
-        round_ = _Round("plan", chosen.goal)
-        outcome = await self.attempt(round_, version, fallback_possible=False)
-        if isinstance(outcome, _Rejected):
-            return self.failed("plan", outcome)
+        if self.cfg.auto_collect:
+            await self.gather.auto(hints)
+        while True:
+            round_ = self.round("plan", chosen.goal, None)
+            outcome = await self.attempt(round_, version, fallback_possible=False)
+            if isinstance(outcome, _Rejected):
+                return self.failed("plan", outcome)
+            wanted = self.gather.new(outcome.plan.context_requests)
+            if not wanted or round_.rounds_left <= 0:
+                break
+            await self.next_round(wanted)
         saved = SavedPlan(
             goal=chosen.goal,
             plan=outcome.plan,
             protocol_version=outcome.plan.version,
             trace_id=self.trace_id,
             read_paths=tuple(round_.shown),
+            context_requests=(*self.gather.requests, *wanted),
             saved_at=datetime.now(UTC),
         )
         await self.d.state.save(saved)
-        self.emit("PLAN_SAVED", context_requests=len(outcome.plan.context_requests))
+        self.emit("PLAN_SAVED", context_requests=len(saved.context_requests))
         return self.result("plan", "planned", plan=outcome.plan)
+
+    def round(self, mode: DriverMode, goal: str, saved_summary: str | None) -> _Round:
+        """The next round's view of the context, after the diet."""
+        diet = self.gather.view()
+        self.context_stats = diet.stats()
+        blocks = diet.blocks
+        shown = {b.path: b.sha256 for b in blocks if isinstance(b, FileBlock)}
+        self.trace["read_paths"] = list(shown)
+        self.trace["context"] = [_block_summary(b) for b in blocks]
+        left = self.cfg.max_context_rounds - self.gather.rounds
+        return _Round(mode, goal, blocks, saved_summary, shown, left)
+
+    async def next_round(self, wanted: Sequence[ContextRequest]) -> None:
+        self.gather.rounds += 1
+        await self.gather.fulfil(wanted)
 
     # -- APPLY --------------------------------------------------------------------------
 
-    async def apply(self, chosen: Route, saved: SavedPlan | None) -> DriverResult:
+    async def apply(self, chosen: Route, saved: SavedPlan | None, hints: str) -> DriverResult:
         goal = chosen.goal or (saved.goal if saved is not None else "")
         if not goal:
             rejected = _Rejected("ERR_EMPTY_REQUEST", "the message asks for nothing", "route")
             return self.failed("apply", rejected)
-        blocks = await anyio.to_thread.run_sync(self.read_context, saved)
-        round_ = _Round(
-            "apply",
-            goal,
-            blocks,
-            saved.plan.summary if saved is not None else None,
-            {b.path: b.sha256 for b in blocks if isinstance(b, FileBlock)},
-        )
-        self.trace["read_paths"] = list(round_.shown)
-        self.trace["context"] = [_block_summary(b) for b in blocks]
+        if saved is not None:
+            await self.gather.fulfil(saved.context_requests)
+        if self.cfg.auto_collect:
+            await self.gather.auto(hints)
+        summary = saved.plan.summary if saved is not None else None
         version = self.cfg.protocol_version
         fallback_possible = version == 2 and self.cfg.fallback_to_v1
-        outcome = await self.attempt(round_, version, fallback_possible=fallback_possible)
+        while True:
+            round_ = self.round("apply", goal, summary)
+            outcome = await self.attempt(round_, version, fallback_possible=fallback_possible)
+            if not (isinstance(outcome, _Accepted) and outcome.more_context):
+                break
+            await self.next_round(self.gather.new(outcome.plan.context_requests))
         if isinstance(outcome, _Rejected) and outcome.fallback and fallback_possible:
             self.trace["protocol_fallback_attempted"] = True
             self.trace["protocol_fallback_reason"] = outcome.code
@@ -305,6 +382,8 @@ class _Turn:
         if not plan.actions:  # validation accepted it: the summary says NO_CHANGES
             await self.d.state.clear()
             return self.result("apply", "no_changes", plan=plan)
+        if not (plan.summary or "").strip():
+            plan = plan.model_copy(update={"summary": summarize(plan)})
         try:
             applied = await anyio.to_thread.run_sync(self.apply_now, plan, round_)
         except OpsrunError as exc:
@@ -325,32 +404,60 @@ class _Turn:
         await self.d.state.clear()
         return self.result("apply", "applied", plan=plan, preview=outcome.preview, applied=applied)
 
-    def read_context(self, saved: SavedPlan | None) -> list[ContextBlock]:
-        """The files the saved plan asked to read, read afresh."""
-        if saved is None:
-            return []
-        blocks: list[ContextBlock] = []
-        for request in saved.plan.context_requests:
-            if request.type != ContextRequestType.READ_FILE or request.path is None:
-                continue
-            blocks.append(
-                read_file_block(
-                    self.d.root,
-                    request.path,
-                    start_line=request.start_line,
-                    end_line=request.end_line,
-                    policy=self.cfg.policy,
-                    limits=self.cfg.limits,
-                    max_bytes=self.cfg.max_file_bytes,
-                )
+    async def remember(self, result: DriverResult, message: str) -> DriverResult:
+        """Apply the accepted plan's memory_patch when the host allows it this turn."""
+        plan = result.plan
+        if plan is None or not plan.memory_patch:
+            return result
+        clean, problems = check_memory_patch(plan.memory_patch)
+        policy = self.cfg.memory_updates
+        folded = message.casefold()
+        asked = any(word.casefold() in folded for word in self.cfg.remember_words)
+        allowed = policy == "always" or (policy == "when_asked" and asked)
+        record: dict[str, Any] = {
+            "proposed": sorted(plan.memory_patch),
+            "applied": [],
+            "dropped": [v.message for v in problems],
+        }
+        self.trace["memory"] = record
+        if not clean:
+            return replace(result, memory_dropped=tuple(problems))
+        if not allowed:
+            note = Violation(
+                code="ERR_MEMORY_PATCH_NOT_ALLOWED",
+                message=f"memory_patch not applied: memory_updates={policy!r}"
+                + (" and the message does not ask to remember" if policy == "when_asked" else ""),
+                severity="warning",
             )
-        return blocks
+            record["dropped"].append(note.message)
+            return replace(result, memory_dropped=(*problems, note))
+        user, project = apply_memory_patch(clean, self.user, self.project)
+        await self.d.memory.save(user, project)
+        self.user, self.project = user, project
+        record["applied"] = sorted(clean)
+        self.emit("MEMORY_UPDATED", keys=",".join(sorted(clean)))
+        return replace(result, memory_applied=clean, memory_dropped=tuple(problems))
+
+    def check_command(self) -> CheckCommand | None:
+        """The configured check, else the project's test command (engineering memory)."""
+        if self.cfg.check is not None:
+            self.trace["check"] = "config"
+            return self.cfg.check
+        command = self.project.default_test_command
+        if self.cfg.use_project_test_command and command:
+            try:
+                argv = shlex.split(command)
+            except ValueError:
+                return None
+            self.trace["check"] = "project.default_test_command"
+            return argv or None
+        return None
 
     def apply_now(self, plan: Plan, round_: _Round) -> ApplyResult:
         return apply_plan(
             plan,
             self.d.root,
-            check=self.cfg.check,
+            check=self.check_command(),
             allow_delete=self.cfg.allow_delete,
             check_timeout=self.cfg.check_timeout,
             read_paths=tuple(round_.shown),
@@ -366,8 +473,11 @@ class _Turn:
     ) -> _Accepted | _Rejected:
         self.trace.add("protocol_attempts", version)
         context = render_context(round_.blocks)
+        system = system_prompt(version)
+        if self.memory_text:
+            system = f"{system}\n{self.memory_text}"
         messages = [
-            ProviderMessage("system", system_prompt(version)),
+            ProviderMessage("system", system),
             ProviderMessage(
                 "user",
                 user_prompt(
@@ -444,6 +554,14 @@ class _Turn:
                 stage="schema",
             )
             plan = other
+        if (
+            round_.mode == "apply"
+            and not plan.actions
+            and round_.rounds_left > 0
+            and self.gather.new(plan.context_requests)
+            and not (plan.summary or "").startswith(NO_CHANGES_PREFIX)
+        ):
+            return _Accepted(plan, more_context=True)
         read_paths = tuple(round_.shown) if round_.mode == "apply" else None
         found = validate_plan(
             plan,
@@ -453,7 +571,8 @@ class _Turn:
             limits=lim,
             policy=self.cfg.policy,
         )
-        blocking = tuple(v for v in found if v.blocking)
+        # A bad context request is answered with a REFUSED line, not a repair round.
+        blocking = tuple(v for v in found if v.blocking and v.code not in _ANSWERED_BY_REFUSAL)
         if blocking:
             return self.rejected(blocking, "validate", round_, plan.version, fallback_possible)
         if round_.mode == "plan" or not plan.actions:
@@ -654,6 +773,7 @@ def _violations(exc: OpsrunError) -> tuple[Violation, ...]:
 
 
 def _block_summary(block: ContextBlock) -> dict[str, Any]:
+    """A block as the trace records it: what it was, never its content."""
     if isinstance(block, FileBlock):
         return {
             "type": "file",
@@ -661,5 +781,20 @@ def _block_summary(block: ContextBlock) -> dict[str, Any]:
             "sha256": block.sha256,
             "chars": len(block.text or ""),
             "utf8": block.text is not None,
+            "priority": block.priority,
+            "truncated": block.truncated,
         }
+    if isinstance(block, SearchBlock):
+        return {"type": "search", "query": block.query, "glob": block.glob, "hits": len(block.hits)}
+    if isinstance(block, LogsBlock):
+        return {"type": "logs", "source": block.source, "chars": len(block.text)}
+    if isinstance(block, EnvBlock):
+        return {"type": "env", "chars": len(block.text)}
     return {"type": "refused", "request": block.request, "reason": block.reason}
+
+
+def summarize(plan: Plan) -> str:
+    """A summary written from the actions, for a plan that came without one."""
+    parts = [f"{a.kind.value} {a.path}" for a in plan.actions[:10]]
+    more = f" and {len(plan.actions) - 10} more" if len(plan.actions) > 10 else ""
+    return "Changes: " + "; ".join(parts) + more

@@ -8,13 +8,14 @@ from typing import Literal
 from opsrun._config import require, require_at_least
 
 from ._apply import CheckCommand
+from ._diet import ContextLimits
 from ._limits import PathPolicy, PlanLimits
 
 __all__ = ["DriverConfig", "DriverMode"]
 
 DriverMode = Literal["plan", "apply"]
 
-_STRINGS = ("apply_triggers", "plan_words", "apply_words")
+_STRINGS = ("apply_triggers", "plan_words", "apply_words", "remember_words")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,6 +74,18 @@ class DriverConfig:
 
     max_file_bytes: int = 2 * 1024 * 1024
     """Largest file read into the prompt; a bigger one is refused in the context."""
+    max_context_rounds: int = 2
+    """Rounds per turn in which the model's ``context_requests`` are fulfilled."""
+    context: ContextLimits = field(default_factory=ContextLimits)
+    """The context diet's budget (blocks, characters per file and in all)."""
+    auto_collect: bool = True
+    """Read the files a traceback names (and manifests for import errors) up front."""
+    memory_updates: Literal["never", "when_asked", "always"] = "when_asked"
+    """When a ``memory_patch`` is saved: ``when_asked`` = the message asks to remember."""
+    remember_words: tuple[str, ...] = ("remember", "from now on", "запомни", "впредь")
+    """Phrases that ask to remember (case-insensitive, anywhere in the message)."""
+    use_project_test_command: bool = True
+    """Without ``check``, run the project's ``default_test_command`` after applying."""
 
     write_traces: bool = False
     """Write each turn's trace to ``<root>/.opsrun/traces/<trace_id>.json``."""
@@ -92,6 +105,16 @@ class DriverConfig:
         for name in ("fallback_to_v1", "strict_json", "allow_delete", "normalize_eol"):
             require(self, name, isinstance(getattr(self, name), bool), "a bool")
         require(self, "write_traces", isinstance(self.write_traces, bool), "a bool")
+        for name in ("auto_collect", "use_project_test_command"):
+            require(self, name, isinstance(getattr(self, name), bool), "a bool")
+        require_at_least(self, 0, "max_context_rounds")
+        require(self, "context", isinstance(self.context, ContextLimits), "a ContextLimits")
+        require(
+            self,
+            "memory_updates",
+            self.memory_updates in ("never", "when_asked", "always"),
+            "'never', 'when_asked' or 'always'",
+        )
         require(self, "trace_raw", isinstance(self.trace_raw, bool), "a bool")
         require_at_least(self, 0, "repair_attempts", "temperature", "presence_penalty")
         require_at_least(self, 1, "max_tokens", "max_tokens_large_input", "large_input_chars")

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from opsrun.errors import ConfigError
 
-from ._plan import Plan
+from ._plan import ContextRequest, Plan
 
 __all__ = ["FilePlanState", "InMemoryPlanState", "PlanState", "SavedPlan"]
 
@@ -35,6 +35,10 @@ class SavedPlan(BaseModel):
     trace_id: str = Field(description="The propose cycle that produced it.")
     read_paths: tuple[str, ...] = Field(
         default=(), description="Files whose contents the model was shown."
+    )
+    context_requests: tuple[ContextRequest, ...] = Field(
+        default=(),
+        description="Everything fetched for the model while planning (read afresh to apply).",
     )
     saved_at: datetime = Field(description="When the plan was saved (UTC).")
 

@@ -1,0 +1,169 @@
+"""Engineering memory: the user's and the project's preferences, stored and shown to the model.
+
+:class:`MemoryStore` is the port. :class:`FileMemory` keeps the user's preferences in a
+user-level JSON file (``$OPSRUN_USER_PREFS``, else ``$XDG_CONFIG_HOME/opsrun/preferences.json``,
+else ``~/.config/opsrun/preferences.json``) and the project's in
+``<root>/.opsrun/project.json`` (commit it to share it). :class:`InMemoryMemory` serves tests.
+
+The model sees the non-empty preferences as one compact JSON line in an
+``ENGINEERING_MEMORY`` block after the system prompt (at most ~2 KB).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+import anyio
+from pydantic import BaseModel, ValidationError
+
+from opsrun.errors import ConfigError
+
+from ._memory import ProjectPrefs, UserPrefs
+
+__all__ = [
+    "MEMORY_MAX_CHARS",
+    "FileMemory",
+    "InMemoryMemory",
+    "MemoryStore",
+    "default_user_prefs_path",
+    "memory_block",
+]
+
+M = TypeVar("M", bound=BaseModel)
+
+MEMORY_MAX_CHARS = 2048
+"""The longest ENGINEERING_MEMORY JSON; longer values are left out, the longest first."""
+
+
+class MemoryStore(Protocol):
+    """Where the preferences live."""
+
+    async def load(self) -> tuple[UserPrefs, ProjectPrefs]:
+        """The current preferences (empty ones when none are stored)."""
+        ...
+
+    async def save(self, user: UserPrefs, project: ProjectPrefs) -> None:
+        """Store both."""
+        ...
+
+
+class InMemoryMemory:
+    """Preferences held in memory."""
+
+    def __init__(self, user: UserPrefs | None = None, project: ProjectPrefs | None = None) -> None:
+        self.user = user or UserPrefs()
+        self.project = project or ProjectPrefs()
+
+    async def load(self) -> tuple[UserPrefs, ProjectPrefs]:
+        """The current preferences."""
+        return self.user, self.project
+
+    async def save(self, user: UserPrefs, project: ProjectPrefs) -> None:
+        """Replace both."""
+        self.user, self.project = user, project
+
+
+def default_user_prefs_path() -> Path:
+    """The user-level preferences file (see the module docstring)."""
+    explicit = os.environ.get("OPSRUN_USER_PREFS")
+    if explicit:
+        return Path(explicit)
+    config = os.environ.get("XDG_CONFIG_HOME") or os.path.join(Path.home(), ".config")
+    return Path(config) / "opsrun" / "preferences.json"
+
+
+class FileMemory:
+    """Preferences in two JSON files, each replaced atomically.
+
+    Args:
+        user_path: The user's preferences file.
+        project_path: The project's preferences file.
+
+    ``load`` raises ``ConfigError`` (code ``memory_invalid``) for a file that is not valid
+    preferences JSON; a missing file means empty preferences.
+    """
+
+    def __init__(self, user_path: str | os.PathLike[str], project_path: str | os.PathLike[str]):
+        self.user_path = Path(user_path)
+        self.project_path = Path(project_path)
+
+    @classmethod
+    def for_project(cls, root: str | os.PathLike[str]) -> FileMemory:
+        """The default: the user-level file and ``<root>/.opsrun/project.json``."""
+        return cls(default_user_prefs_path(), Path(root) / ".opsrun" / "project.json")
+
+    async def load(self) -> tuple[UserPrefs, ProjectPrefs]:
+        """Both files' preferences."""
+        return await anyio.to_thread.run_sync(self._load)
+
+    async def save(self, user: UserPrefs, project: ProjectPrefs) -> None:
+        """Write both files."""
+        await anyio.to_thread.run_sync(self._save, user, project)
+
+    def _load(self) -> tuple[UserPrefs, ProjectPrefs]:
+        return _read(self.user_path, UserPrefs), _read(self.project_path, ProjectPrefs)
+
+    def _save(self, user: UserPrefs, project: ProjectPrefs) -> None:
+        _write(self.user_path, user)
+        _write(self.project_path, project)
+
+
+def _read(path: Path, model: type[M]) -> M:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return model()
+    try:
+        return model.model_validate(json.loads(text))
+    except (ValueError, ValidationError) as exc:
+        raise ConfigError(
+            f"{path} does not hold valid preferences: {exc}",
+            code="memory_invalid",
+            details={"path": str(path)},
+        ) from exc
+
+
+def _write(path: Path, prefs: BaseModel) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = json.dumps(prefs.model_dump(mode="json", exclude_none=True), indent=2) + "\n"
+    fd, tmp = tempfile.mkstemp(prefix=".prefs-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def memory_block(user: UserPrefs, project: ProjectPrefs) -> str:
+    """The ``ENGINEERING_MEMORY`` block ("" when there is nothing to say)."""
+    doc: dict[str, dict[str, Any]] = {
+        "user": user.model_dump(mode="json", exclude_none=True),
+        "project": project.model_dump(mode="json", exclude_none=True),
+    }
+    doc = {k: v for k, v in doc.items() if v}
+    text = json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
+    while len(text) > MEMORY_MAX_CHARS and doc:
+        scope, key = max(
+            ((s, k) for s, values in doc.items() for k in values),
+            key=lambda sk: len(json.dumps(doc[sk[0]][sk[1]], ensure_ascii=False)),
+        )
+        del doc[scope][key]
+        doc = {k: v for k, v in doc.items() if v}
+        text = json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
+    if not doc:
+        return ""
+    return (
+        "ENGINEERING_MEMORY (trusted by user; update only when user requests):\n"
+        f"{text}\n\n"
+        "Use ENGINEERING_MEMORY as defaults. If the user explicitly asks to change it, "
+        'return the change in "memory_patch" with dotted keys (e.g. '
+        '"project.default_test_command").'
+    )
