@@ -32,7 +32,9 @@ the main LLM, one thread per chat and ``await graph.ainvoke(...)`` per turn.
 Every side runs in one asyncio event loop in this process, and the sides take turns in
 rounds, in a rotating order, so a slow patch of the machine hits all of them alike;
 turns per second is the median over rounds with its min-max range, and a ratio compares
-two sides within each round (median, range). Records are kept, not deleted, on every
+two sides within each round (median, range). A store's own time per turn is, within each
+round, the wall time per turn on it less the wall time per turn in memory (median, range):
+what the store adds to a turn. Records are kept, not deleted, on every
 side. What exists before measuring is frozen out of the garbage collector's passes
 (``gc.freeze``).
 
@@ -497,6 +499,14 @@ def _ratio(name: str, ours: Figures, theirs: Figures, target: str) -> str:
     return f"  {name}: {_spread(ratios, '.2f')}x{verdict}"
 
 
+def _store_share(name: str, store: Figures, memory: Figures) -> str:
+    """The store's own time per turn: a turn on it less a turn in memory (wall time of a
+    round over its turns, both sides of one round; median over rounds [min-max])."""
+    shares = [(1 / a - 1 / b) * 1e3 for a, b in zip(store.rates, memory.rates, strict=True)]
+    spread = _spread(shares, ".2f")
+    return f"  {name}: the store's own time per turn (turn less in-memory turn) {spread} ms"
+
+
 def report(sides: Sequence[Side], results: dict[str, list[Figures]]) -> None:
     width = max(len(side.name) for side in sides)
     shapes = {
@@ -532,6 +542,11 @@ def report(sides: Sequence[Side], results: dict[str, list[Figures]]) -> None:
                 "[target >= 1.00x]",
             ),
         ]
+        memory = next((i for i, s in enumerate(sides) if s.name == "opsrun, in memory"), None)
+        for store in ("opsrun, SQLite", "opsrun, PostgreSQL"):
+            index = next((i for i, s in enumerate(sides) if s.name == store), None)
+            if memory is not None and index is not None:
+                print(_store_share(store, per_side[index], per_side[memory]))
         for title, ours, theirs, target in ratios:
             a = next((i for i, s in enumerate(sides) if s.name == ours), None)
             b = next((i for i, s in enumerate(sides) if s.name.endswith(theirs)), None)

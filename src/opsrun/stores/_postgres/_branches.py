@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 
 import anyio
 import anyio.from_thread
@@ -89,13 +90,6 @@ def _held(conn: Conn) -> None:
     conn.execute("SELECT", prepare=False)
 
 
-def _try_lock(conn: Conn, key: int, keepalive: int | None) -> bool:
-    if _begin_and_try(conn, key, keepalive):
-        return True
-    conn.execute("ROLLBACK")
-    return False
-
-
 def _end(conn: Conn) -> None:
     """End the hold's transaction (releasing the lock); close a connection that fails."""
     if conn.closed:
@@ -129,30 +123,29 @@ class BranchHolds:
                 or PostgreSQL failed.
         """
         key = advisory_key(self._db.schema, "branch", chat_id, branch_id)
+        # Taking the connection tries the lock, and giving it back ends the hold's
+        # transaction, each in the same thread hop.
+        try_lock = partial(_begin_and_try, key=key, keepalive=self._keepalive)
         async with (
             self._local_turn(key, chat_id, branch_id, wait=wait),
-            self._db.hold_connection() as held,
+            self._db.hold_connection(try_lock, _end) as (held, locked),
         ):
             conn = held.conn
-            try:
-                if wait:
-                    await self._wait_for_lock(held, key)
-                elif not await held.run(_try_lock, conn, key, self._keepalive):
+            if not locked:
+                if not wait:
                     raise _busy(chat_id, branch_id)
-                failure: Exception | None = None
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(self._watch, conn, chat_id, branch_id)
-                    try:
-                        yield
-                    except Exception as exc:  # raised below, outside the task group, unwrapped
-                        failure = exc
-                    finally:
-                        tg.cancel_scope.cancel()
-                if failure is not None:
-                    raise failure
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await held.run(_end, conn)
+                await self._wait_for_lock(held, key)
+            failure: Exception | None = None
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._watch, conn, chat_id, branch_id)
+                try:
+                    yield
+                except Exception as exc:  # raised below, outside the task group, unwrapped
+                    failure = exc
+                finally:
+                    tg.cancel_scope.cancel()
+            if failure is not None:
+                raise failure
 
     @asynccontextmanager
     async def _local_turn(
@@ -176,15 +169,15 @@ class BranchHolds:
                 self._local[key] = (lock, users - 1)
 
     async def _wait_for_lock(self, held: HeldConnection, key: int) -> None:
-        """Take the lock, waiting in PostgreSQL's queue; a cancelled caller cancels the
-        statement on the server, waits for the thread and closes the connection."""
+        """Take the lock that the hold's transaction (begun) found taken, waiting in
+        PostgreSQL's queue; a cancelled caller cancels the statement on the server,
+        waits for the thread and closes the connection."""
         conn, finished = held.conn, anyio.Event()
 
         def take() -> None:
             try:
-                if not _begin_and_try(conn, key, self._keepalive):  # busy: wait in its queue
-                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
-                    _held(conn)
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
+                _held(conn)
             finally:
                 anyio.from_thread.run_sync(finished.set)
 

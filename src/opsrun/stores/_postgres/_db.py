@@ -331,26 +331,45 @@ class Database:
         )
 
     @asynccontextmanager
-    async def hold_connection(self) -> AsyncIterator[HeldConnection]:
-        """A pooled connection for one branch hold, returned to the pool afterwards.
+    async def hold_connection(
+        self, first: Callable[[Conn], T], last: Callable[[Conn], None]
+    ) -> AsyncIterator[tuple[HeldConnection, T]]:
+        """A pooled connection for one branch hold, and what ``first(conn)`` returned.
 
-        At most ``max_holds`` are out at once; more callers wait here, cancellably. A
-        connection that the block closed is replaced by the pool. The connection works,
-        and goes back, even if the stores are closed meanwhile.
+        ``first`` runs in the thread that takes the connection, ``last`` in the one that
+        gives it back to the pool (also when ``first`` failed). At most ``max_holds``
+        are out at once; more callers wait here, cancellably. A connection that the
+        block closed is replaced by the pool. The connection works, and goes back, even
+        if the stores are closed meanwhile.
 
         Raises:
-            StoreError: the stores are not open, or no connection came within
-                ``timeout`` (``store_unavailable``).
+            StoreError: the stores are not open, no connection came within ``timeout``
+                (``store_unavailable``), or PostgreSQL failed.
         """
         opened = self._ready()
-        async with opened.holds:
-            conn = await self.in_thread(opened.hold_pool.getconn, limiter=opened.hold_threads)
+        pool = opened.hold_pool
+
+        def give_back(conn: Conn) -> None:
             try:
-                yield HeldConnection(conn, self, opened.hold_threads)
+                last(conn)
+            finally:
+                pool.putconn(conn)
+
+        def take() -> tuple[Conn, T]:
+            conn = pool.getconn()
+            try:
+                return conn, first(conn)
+            except BaseException:
+                give_back(conn)
+                raise
+
+        async with opened.holds:
+            conn, result = await self.in_thread(take, limiter=opened.hold_threads)
+            try:
+                yield HeldConnection(conn, self, opened.hold_threads), result
             finally:
                 with anyio.CancelScope(shield=True):
-                    putconn = opened.hold_pool.putconn
-                    await self.in_thread(putconn, conn, limiter=opened.hold_threads)
+                    await self.in_thread(give_back, conn, limiter=opened.hold_threads)
 
     async def listen(self, channel: str) -> Conn:
         """A new connection of its own that listens on ``channel`` (autocommit).

@@ -89,9 +89,14 @@ def advisory_key(*parts: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
-def statement(schema: str, text: LiteralString) -> sql.Composed:
-    """``text`` with ``{s}`` replaced by ``schema`` quoted as an identifier."""
-    return sql.SQL(text).format(s=sql.Identifier(schema))
+def statement(schema: str, text: LiteralString) -> bytes | sql.Composed:
+    """``text`` with ``{s}`` replaced by ``schema`` quoted as an identifier.
+
+    Rendered to bytes once when the schema name is ASCII (the same in every client
+    encoding), so that running it does not compose it again each time.
+    """
+    composed = sql.SQL(text).format(s=sql.Identifier(schema))
+    return composed.as_bytes(None) if schema.isascii() else composed
 
 
 def read_version(conn: Conn, schema: str) -> int:
