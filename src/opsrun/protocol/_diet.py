@@ -18,6 +18,7 @@ never touched: a cut file's header still carries the sha256 of the whole file.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -113,9 +114,7 @@ def _rank(block: ContextBlock) -> int:
     return 5  # refusals: a line each, never dropped
 
 
-def apply_diet(
-    blocks: list[ContextBlock] | tuple[ContextBlock, ...], limits: ContextLimits
-) -> Diet:
+def apply_diet(blocks: Sequence[ContextBlock], limits: ContextLimits) -> Diet:
     """Fit ``blocks`` to ``limits`` (rules in the module docstring). Never raises."""
     kept: list[ContextBlock | None] = []
     cut: set[int] = set()
