@@ -129,7 +129,7 @@ def _read(path: Path, model: type[M]) -> M:
 
 def _write(path: Path, prefs: BaseModel) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = json.dumps(prefs.model_dump(mode="json", exclude_none=True), indent=2) + "\n"
+    data = json.dumps(_compact(prefs), indent=2) + "\n"
     fd, tmp = tempfile.mkstemp(prefix=".prefs-", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as file:
@@ -142,12 +142,14 @@ def _write(path: Path, prefs: BaseModel) -> None:
         raise
 
 
+def _compact(prefs: BaseModel) -> dict[str, Any]:
+    """The preferences that are set (no None, no empty lists)."""
+    return {k: v for k, v in prefs.model_dump(mode="json").items() if v is not None and v != []}
+
+
 def memory_block(user: UserPrefs, project: ProjectPrefs) -> str:
     """The ``ENGINEERING_MEMORY`` block ("" when there is nothing to say)."""
-    doc: dict[str, dict[str, Any]] = {
-        "user": user.model_dump(mode="json", exclude_none=True),
-        "project": project.model_dump(mode="json", exclude_none=True),
-    }
+    doc: dict[str, dict[str, Any]] = {"user": _compact(user), "project": _compact(project)}
     doc = {k: v for k, v in doc.items() if v}
     text = json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
     while len(text) > MEMORY_MAX_CHARS and doc:
