@@ -270,3 +270,20 @@ def test_one_fallback_in_a_hundred_blocks_graduation() -> None:
 def test_metrics_of_nothing() -> None:
     m = fallback_metrics([])
     assert (m.apply_count, m.fallback_rate, m.fallback_rate_excluding_non_utf8) == (0, 0.0, 0.0)
+
+
+def test_every_emitted_event_name_is_declared() -> None:
+    import re
+    from pathlib import Path
+
+    from opsrun.protocol import EVENT_NAMES
+
+    source = Path(__file__).resolve().parents[2] / "src" / "opsrun" / "protocol"
+    emitted = set()
+    for module in source.glob("*.py"):
+        text = module.read_text(encoding="utf-8")
+        emitted |= set(re.findall(r'emit\(\s*(?:[\w.]+,\s*)?"([A-Z_]+)"', text))
+    assert emitted
+    assert emitted <= EVENT_NAMES
+    docs = (source.parents[2] / "docs" / "driver.md").read_text(encoding="utf-8")
+    assert {name for name in EVENT_NAMES if f"`{name}`" not in docs} == set()

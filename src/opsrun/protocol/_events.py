@@ -30,6 +30,10 @@ EVENT_NAMES: Final = frozenset(
         "APPLY_SUCCESS",
         "APPLY_ROLLBACK",
         "APPLY_FAILED",
+        "CONTEXT_CACHE_HIT",
+        "CONTEXT_CACHE_MISS",
+        "CONTEXT_DIET_APPLIED",
+        "MEMORY_UPDATED",
     }
 )
 """Every event name the plan protocol emits."""
