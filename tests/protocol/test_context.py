@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -401,3 +402,30 @@ def test_auto_collect_never_names_a_path_outside_the_project(project: Path, text
         resolved = (project / item.path).resolve()
         assert resolved.is_relative_to(project.resolve())
         assert resolved.is_file()
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=25)
+@given(
+    files=st.dictionaries(
+        st.from_regex(r"[a-z]{1,6}\.py", fullmatch=True),
+        st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=3_000),
+        min_size=1,
+        max_size=6,
+    ),
+    max_total=st.integers(2_000, 20_000),
+    max_file=st.integers(200, 3_000),
+)
+async def test_every_file_hash_sent_is_the_hash_of_the_file_on_disk(
+    tmp_path_factory: pytest.TempPathFactory, files: dict[str, str], max_total: int, max_file: int
+) -> None:
+    root = tmp_path_factory.mktemp("random")
+    for name, text in files.items():
+        (root / name).write_bytes(text.encode("utf-8"))
+    context = FileSystemContext(root=root)
+    blocks = [await context.read_file(name) for name in files]
+    limits = ContextLimits(
+        max_total_chars=max_total, max_file_chars=max_file, min_file_chars=100, max_blocks=4
+    )
+    sent = render_context(apply_diet(blocks, limits).blocks)
+    for path, digest in re.findall(r"FILE\[([^\]]+)\] \(sha256=([0-9a-f]{64})", sent):
+        assert digest == hashlib.sha256((root / path).read_bytes()).hexdigest()
