@@ -16,6 +16,19 @@ def python_blocks(path: Path) -> list[str]:
     return re.findall(r"```python\n(.*?)```", path.read_text(encoding="utf-8"), re.S)
 
 
+def run_example(script: str) -> str:
+    """Run ``examples/<script>``; return its output once it has exited with status 0."""
+    completed = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    return completed.stdout
+
+
 def test_readme_usage_example_runs() -> None:
     blocks = python_blocks(ROOT / "README.md")
     assert blocks, "README.md has no python example"
@@ -28,15 +41,7 @@ def test_readme_usage_example_runs() -> None:
 
 @pytest.mark.parametrize("script", ["quickstart.py"])
 def test_example_runs(script: str) -> None:
-    completed = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / script)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stderr
-    out = completed.stdout
+    out = run_example(script)
     assert "valid: no issues" in out
     assert "run failed failedType=before_barrier" in out
     assert "combat_rag=skipped(condition_false)" in out
@@ -58,30 +63,14 @@ def test_example_runs(script: str) -> None:
 
 
 def test_plan_apply_example_runs() -> None:
-    completed = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "plan_apply.py")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stderr
-    out = completed.stdout
+    out = run_example("plan_apply.py")
     assert "apply failed with ERR_CHECK_FAILED; rolled back: True" in out
     assert "applied: app.py, NOTES.md; check exit 0" in out
     assert "undo restores the original tree: True" in out
 
 
 def test_plan_driver_example_runs() -> None:
-    completed = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "plan_driver.py")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stderr
-    out = completed.stdout
+    out = run_example("plan_driver.py")
     first, second = out.split("== you: plan: fix parse(None)")
     assert "[CONTEXT_CACHE_MISS] type=read key=app.py 1 82" in first  # from the traceback
     assert "-> plan: planned in 2 rounds" in first

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from datetime import datetime
 from pathlib import Path
 from typing import Protocol
@@ -19,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from opsrun.errors import ConfigError
 
+from ._atomic import write_atomic
 from ._plan import ContextRequest, Plan
 
 __all__ = ["FilePlanState", "InMemoryPlanState", "PlanState", "SavedPlan"]
@@ -118,15 +118,4 @@ class FilePlanState:
             ) from exc
 
     def _save(self, saved: SavedPlan) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        data = saved.model_dump_json(indent=2).encode("utf-8")
-        fd, tmp = tempfile.mkstemp(prefix=".plan-", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "wb") as file:
-                file.write(data)
-                file.flush()
-                os.fsync(file.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(self.path, saved.model_dump_json(indent=2).encode("utf-8"))

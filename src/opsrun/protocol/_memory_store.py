@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -22,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from opsrun.errors import ConfigError
 
+from ._atomic import write_atomic
 from ._memory import ProjectPrefs, UserPrefs
 
 __all__ = [
@@ -128,18 +128,7 @@ def _read(path: Path, model: type[M]) -> M:
 
 
 def _write(path: Path, prefs: BaseModel) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = json.dumps(_compact(prefs), indent=2) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=".prefs-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, (json.dumps(_compact(prefs), indent=2) + "\n").encode("utf-8"))
 
 
 def _compact(prefs: BaseModel) -> dict[str, Any]:

@@ -13,13 +13,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from opsrun._redact import redact_text
 
+from ._atomic import write_atomic
 from ._driver_config import DriverConfig
 from ._schemas import schema_hash
 
@@ -118,19 +118,10 @@ class TraceBuilder:
 
 def write_trace(root: str | os.PathLike[str], doc: dict[str, Any]) -> Path | None:
     """Write ``doc`` to ``<root>/.opsrun/traces/<trace_id>.json``; None (and a log) on failure."""
-    folder = Path(root) / TRACE_DIR
-    target = folder / f"{doc['trace_id']}.json"
+    target = Path(root) / TRACE_DIR / f"{doc['trace_id']}.json"
+    data = json.dumps(doc, ensure_ascii=False, separators=(",", ":"), default=str) + "\n"
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        data = json.dumps(doc, ensure_ascii=False, separators=(",", ":"), default=str)
-        fd, tmp = tempfile.mkstemp(prefix=".trace-", dir=folder)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as file:
-                file.write(data + "\n")
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(target, data.encode("utf-8"), durable=False)
     except OSError as exc:
         _LOGGER.warning("could not write the trace %s: %s", target, exc)
         return None
