@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from opsrun._redact import redact_text
 from opsrun.errors import ApplyError, OpsrunError
 
 from ._events import PlanEventSink, emit
@@ -36,6 +37,7 @@ CheckCommand = Sequence[str] | Callable[[Path], object]
 
 _DELETES = frozenset({ActionKind.DELETE_FILE, ActionKind.DELETE_DIR})
 _OUTPUT_TAIL = 4000
+_MESSAGE_LINES = 20
 
 
 class ApplyResult(BaseModel):
@@ -120,26 +122,42 @@ def _run_check(check: CheckCommand, root: Path, timeout: float) -> tuple[int | N
             check=False,
         )
     except subprocess.TimeoutExpired as exc:
-        out = (exc.output or b"").decode("utf-8", "replace")[-_OUTPUT_TAIL:]
+        out = _tail(exc.output or b"")
         raise ApplyError(
-            f"the check {argv[:1]} timed out after {timeout:g}s",
+            f"the check `{_command(argv)}` timed out after {timeout:g}s{_shown(out)}",
             code="ERR_CHECK_FAILED",
             details={"argv": argv, "timed_out": True, "output": out},
         ) from exc
     except OSError as exc:
         raise ApplyError(
-            f"the check {argv[:1]} could not start: {exc.strerror or exc}",
+            f"the check `{_command(argv)}` could not start: {exc.strerror or exc}",
             code="ERR_CHECK_FAILED",
             details={"argv": argv, "error": str(exc)},
         ) from exc
-    output = done.stdout.decode("utf-8", "replace")[-_OUTPUT_TAIL:]
+    output = _tail(done.stdout)
     if done.returncode != 0:
         raise ApplyError(
-            f"the check {argv[:1]} exited with status {done.returncode}",
+            f"the check `{_command(argv)}` exited with status {done.returncode}{_shown(output)}",
             code="ERR_CHECK_FAILED",
             details={"argv": argv, "returncode": done.returncode, "output": output},
         )
     return done.returncode, output
+
+
+def _command(argv: Sequence[str]) -> str:
+    """The check as a shell line, secrets masked."""
+    return redact_text(shlex.join(argv))
+
+
+def _tail(raw: bytes) -> str:
+    """The last part of a check's output (stdout and stderr), secrets masked."""
+    return redact_text(raw.decode("utf-8", "replace")[-_OUTPUT_TAIL:])
+
+
+def _shown(output: str) -> str:
+    """The output's last lines, for the error message ("" when there was none)."""
+    lines = output.rstrip("\n").splitlines()[-_MESSAGE_LINES:]
+    return ("; its output ends:\n" + "\n".join(lines)) if lines else ""
 
 
 def _as_apply_error(exc: BaseException) -> ApplyError:

@@ -169,9 +169,22 @@ def _check_existing_file(target: _Target, action: Action, add: _Add) -> None:
     if base is not None:
         actual = hashlib.sha256(data).hexdigest()
         if actual != base.lower():
-            add("ERR_BASE_MISMATCH", f"base_sha256 does not match the file (it is {actual})")
+            add(
+                "ERR_BASE_MISMATCH",
+                f"base_sha256 does not match the file (it is {actual}){_eol_hint(data, base)}",
+            )
     if needs_text:
         _check_text(data, action, add)
+
+
+def _eol_hint(data: bytes, base: str) -> str:
+    """Why a hash may differ: it was taken of the text with other line endings."""
+    if b"\r\n" in data and hashlib.sha256(data.replace(b"\r\n", b"\n")).hexdigest() == base.lower():
+        return (
+            "; base_sha256 is the hash of this file with its CRLF line endings turned into LF:"
+            " hash the file's bytes as they are"
+        )
+    return ""
 
 
 def _check_text(data: bytes, action: Action, add: _Add) -> None:

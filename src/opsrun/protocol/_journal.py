@@ -160,6 +160,7 @@ def lock(tree: Tree) -> int:
         ApplyError: ``ERR_TX_BUSY`` when another transaction holds it.
     """
     tree.mkdir(JOURNAL_DIR, 0o755, journal=True)
+    _ignore_itself(tree)
     found = tree.parent(_LOCK, journal=True)
     assert found is not None
     dir_fd, leaf = found
@@ -179,6 +180,30 @@ def lock(tree: Tree) -> int:
         tree.fs.close(fd)
         raise
     return fd
+
+
+_GITIGNORE = f"{JOURNAL_DIR}/.gitignore"
+_GITIGNORE_TEMP = ".gitignore.opsrun-tmp"
+_GITIGNORE_TEXT = (
+    b"# opsrun's journal and traces; project.json holds shared preferences\n*\n!project.json\n"
+)
+
+
+def _ignore_itself(tree: Tree) -> None:
+    """Keep ``.opsrun/`` out of ``git status``: a ``.gitignore`` inside it ignores all of it
+    but ``project.json`` (the project's preferences, meant to be committed).
+
+    Best effort: a failure here never stops a transaction (the next one tries again).
+    """
+    try:
+        if tree.state(_GITIGNORE, journal=True).data == _GITIGNORE_TEXT:
+            return
+        leftover = f"{JOURNAL_DIR}/{_GITIGNORE_TEMP}"
+        if tree.state(leftover, read=False, journal=True).kind != "none":
+            tree.remove(leftover, journal=True)
+        tree.write(_GITIGNORE, _GITIGNORE_TEXT, 0o644, temp=_GITIGNORE_TEMP, journal=True)
+    except OSError:
+        return
 
 
 def begin(tree: Tree, states: dict[str, PathState], lock_fd: int) -> Journal:
