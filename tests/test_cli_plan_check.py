@@ -39,11 +39,11 @@ def test_valid_file_exits_0(answer: Path) -> None:
 def test_violations_exit_1_with_json(tmp_path: Path) -> None:
     path = tmp_path / "bad.json"
     path.write_text(INVALID)
-    code, out, _ = run(["plan", "check", str(path), "--json", "--version", "1"])
+    code, out, _ = run(["plan", "check", str(path), "--json", "--protocol", "1"])
     assert code == 1
     result = json.loads(out)
     assert result["ok"] is False
-    assert result["version"] == 1
+    assert result["protocol"] == 1
     assert [v["code"] for v in result["violations"]] == ["ERR_PATH_TRAVERSAL"]
     assert result["violations"][0]["action_index"] == 0
 
@@ -74,7 +74,7 @@ def test_stdin_mode_and_root(tmp_path: Path) -> None:
         [],
         ["plan"],
         ["plan", "check"],
-        ["plan", "check", "x", "--version", "3"],
+        ["plan", "check", "x", "--protocol", "3"],
         ["plan", "check", "x", "--mode", "later"],
         ["plan", "check", "/nonexistent/answer.json"],
     ],
@@ -97,10 +97,10 @@ def test_version_wins_over_a_missing_command() -> None:
 
 
 @pytest.mark.parametrize("version", [1, 2])
-def test_plan_check_version_is_still_the_protocol_version(answer: Path, version: int) -> None:
-    code, out, _ = run(["plan", "check", str(answer), "--json", "--version", str(version)])
+def test_plan_check_protocol_names_the_protocol_version(answer: Path, version: int) -> None:
+    code, out, _ = run(["plan", "check", str(answer), "--json", "--protocol", str(version)])
     assert code == 0
-    assert json.loads(out)["version"] == version
+    assert json.loads(out)["protocol"] == version
 
 
 def test_version_in_a_real_process() -> None:

@@ -2,9 +2,11 @@
 
 ``opsrun --version`` prints ``opsrun <version>``.
 
-``opsrun plan check FILE`` parses and validates an LLM plan answer. Exit codes:
-0 when the plan is valid (warnings allowed), 1 when it has violations or does
-not parse, 2 for usage errors (bad arguments, unreadable file).
+``opsrun plan check FILE [--root DIR]`` parses and validates an LLM plan answer; with
+``--root`` it also runs everything ``plan apply`` runs short of writing, so it reports
+the codes apply would. Exit codes: 0 when the plan is valid (warnings allowed), 1 when
+it has violations or does not parse, 2 for usage errors (bad arguments, unreadable file,
+a ``--root`` that is not a directory).
 
 ``opsrun plan apply FILE --root DIR``, ``plan undo`` and ``plan recover`` apply a
 plan to a directory transactionally (exit codes in docs/apply.md).
@@ -24,12 +26,15 @@ from importlib import metadata
 from typing import Any, TextIO
 
 from opsrun._cli_driver import add_driver_commands
-from opsrun.errors import PlanError
-from opsrun.protocol import Violation, parse_plan, validate_plan
+from opsrun.errors import OpsrunError, PlanError
+from opsrun.protocol import ActionKind, Plan, Violation, parse_plan, preview_plan, validate_plan
 from opsrun.protocol._apply_cli import add_apply_commands
+from opsrun.protocol._cli_common import error_violations, result_json, root_problem, violation_line
 from opsrun.protocol._exit import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 __all__ = ["build_parser", "main"]
+
+_DELETES = frozenset({ActionKind.DELETE_FILE, ActionKind.DELETE_DIR})
 
 
 class _UsageError(Exception):
@@ -89,12 +94,20 @@ def build_parser() -> tuple[argparse.ArgumentParser, Any]:
         "check", help="Parse and validate a plan answer.", description="Parse and validate."
     )
     check.add_argument("file", metavar="FILE", help="The LLM answer to check; '-' reads stdin.")
-    check.add_argument("--version", type=int, choices=(1, 2), default=2, help="Protocol version.")
+    check.add_argument("--protocol", type=int, choices=(1, 2), default=2, help="Protocol version.")
     check.add_argument("--mode", choices=("plan", "apply"), default="apply", help="PLAN or APPLY.")
     check.add_argument(
         "--strict", action="store_true", help="The whole file must be one JSON document."
     )
-    check.add_argument("--root", metavar="DIR", help="Project directory for file-system rules.")
+    check.add_argument(
+        "--root",
+        metavar="DIR",
+        help="Project directory: also run what apply runs short of writing (file rules, "
+        "patch placement, the delete confirmation).",
+    )
+    check.add_argument(
+        "--allow-delete", action="store_true", help="Confirm DELETE_FILE / DELETE_DIR actions."
+    )
     check.add_argument("--json", action="store_true", help="Print the result as JSON.")
     check.set_defaults(handler=_plan_check)
     add_apply_commands(plan_commands)
@@ -112,49 +125,59 @@ def _read_input(name: str, stdin: TextIO) -> str:
         raise _UsageError(f"opsrun: cannot read {name}: {exc.strerror or exc}") from exc
 
 
-def _violation_line(v: Violation) -> str:
-    where = []
-    if v.action_index is not None:
-        where.append(f"action {v.action_index}")
-    if v.context_index is not None:
-        where.append(f"context request {v.context_index}")
-    if v.path is not None:
-        where.append(repr(v.path))
-    prefix = f"{v.severity}: {v.code}"
-    return f"{prefix} [{', '.join(where)}] {v.message}" if where else f"{prefix} {v.message}"
-
-
 def _plan_check(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+    if args.root is not None and (problem := root_problem(args.root)) is not None:
+        raise _UsageError(f"opsrun: {problem}")
     text = _read_input(args.file, stdin)
-    result: dict[str, Any] = {
-        "file": args.file,
-        "version": args.version,
-        "mode": args.mode,
-        "error": None,
-        "violations": [],
-    }
+    result: dict[str, Any] = {"file": args.file, "protocol": args.protocol, "mode": args.mode}
     try:
-        plan = parse_plan(text, version=args.version, strict=args.strict)
+        plan = parse_plan(text, version=args.protocol, strict=args.strict)
     except PlanError as exc:
-        result["ok"] = False
         result["error"] = exc.to_dict()
-        if args.json:
-            stdout.write(json.dumps(result, ensure_ascii=False, indent=2) + "\n")
-        else:
-            stdout.write(f"error: {exc.code} {exc.message}\n")
-        return EXIT_FAILED
+        return _report(stdout, args.json, [], error_violations(exc), result)
     violations = validate_plan(plan, mode=args.mode, root=args.root)
+    if args.root is not None and args.mode == "apply" and not any(v.blocking for v in violations):
+        violations += _what_apply_would_refuse(plan, args.root, args.allow_delete)
+    return _report(stdout, args.json, plan.actions, violations, result)
+
+
+def _what_apply_would_refuse(plan: Plan, root: str, allow_delete: bool) -> list[Violation]:
+    """Everything ``plan apply`` checks beyond validation, short of writing."""
+    found: list[Violation] = []
+    deletes = [(i, a) for i, a in enumerate(plan.actions) if a.kind in _DELETES]
+    if deletes and not allow_delete:
+        found += [
+            Violation(
+                code="ERR_DELETE_NOT_CONFIRMED",
+                message=f"{a.kind.value} needs --allow-delete (the user's confirmation)",
+                path=a.path,
+                action_index=i,
+            )
+            for i, a in deletes
+        ]
+    try:
+        preview_plan(plan, root)  # patch placement, base hashes, links: as apply does
+    except OpsrunError as exc:
+        found += error_violations(exc)
+    return found
+
+
+def _report(
+    out: TextIO,
+    as_json: bool,
+    actions: Sequence[object],
+    violations: list[Violation],
+    result: dict[str, Any],
+) -> int:
     ok = not any(v.blocking for v in violations)
-    result["ok"] = ok
-    result["actions"] = len(plan.actions)
-    result["violations"] = [v.model_dump() for v in violations]
-    if args.json:
-        stdout.write(json.dumps(result, ensure_ascii=False, indent=2) + "\n")
+    if as_json:
+        doc = result_json(ok, violations, **result, actions=len(actions))
+        out.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
     else:
         for v in violations:
-            stdout.write(_violation_line(v) + "\n")
+            out.write(violation_line(v) + "\n")
         status = "valid" if ok else "invalid"
-        stdout.write(f"{status}: {len(plan.actions)} actions, {len(violations)} findings\n")
+        out.write(f"{status}: {len(actions)} actions, {len(violations)} findings\n")
     return EXIT_OK if ok else EXIT_FAILED
 
 

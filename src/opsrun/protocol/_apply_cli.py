@@ -8,6 +8,7 @@ Exit codes: 0 applied (or the dry run would apply, or undo/recover finished),
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 from typing import Any, TextIO
@@ -15,12 +16,17 @@ from typing import Any, TextIO
 from opsrun.errors import ApplyError, OpsrunError
 
 from ._apply import apply_plan
+from ._cli_common import error_violations, result_json, root_problem, violation_line
 from ._exit import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from ._journal import recover, undo
+from ._limits import Violation
 from ._parse import parse_plan
+from ._plan import ActionKind, Plan
 from ._preview import preview_plan
 
 __all__ = ["add_apply_commands"]
+
+_DELETES = frozenset({ActionKind.DELETE_FILE, ActionKind.DELETE_DIR})
 
 
 def add_apply_commands(plan_subparsers: Any) -> None:
@@ -47,8 +53,9 @@ def add_apply_commands(plan_subparsers: Any) -> None:
     apply.add_argument(
         "--allow-delete", action="store_true", help="Confirm DELETE_FILE / DELETE_DIR actions."
     )
-    apply.add_argument("--version", type=int, choices=(1, 2), default=2, help="Protocol version.")
+    apply.add_argument("--protocol", type=int, choices=(1, 2), default=2, help="Protocol version.")
     apply.add_argument("--strict", action="store_true", help="The file must be one JSON document.")
+    apply.add_argument("--json", action="store_true", help="Print the result as JSON.")
     apply.set_defaults(func=_apply, handler=_apply)
 
     for name, helptext, handler in (
@@ -70,37 +77,56 @@ def _read(name: str, stdin: TextIO) -> str | None:
         return None
 
 
-def _fail(out: TextIO, exc: OpsrunError, what: str) -> int:
+def _fail(out: TextIO, exc: OpsrunError, what: str, as_json: bool = False) -> int:
+    violations = error_violations(exc)
+    if as_json:
+        doc = result_json(False, violations, outcome=what, error=exc.to_dict())
+        out.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
+        return EXIT_FAILED
     out.write(f"{what}: {exc.code} {exc.message}\n")
-    for violation in exc.details.get("violations", [])[1:]:
-        if isinstance(violation, dict):
-            out.write(f"  also: {violation.get('code')} {violation.get('message')}\n")
+    for violation in violations:
+        out.write(violation_line(violation) + "\n")
     return EXIT_FAILED
+
+
+def _usage(problem: str) -> int:
+    sys.stderr.write(f"opsrun: {problem}\n")
+    return EXIT_USAGE
 
 
 def _apply(
     args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | None = None
 ) -> int:
     out = stdout or sys.stdout
+    if (problem := root_problem(args.root)) is not None:
+        return _usage(problem)
     text = _read(args.file, stdin or sys.stdin)
     if text is None:
-        sys.stderr.write(f"opsrun: cannot read {args.file}\n")
-        return EXIT_USAGE
+        return _usage(f"cannot read {args.file}")
     try:
         check = shlex.split(args.check) if args.check else None
     except ValueError as exc:
-        sys.stderr.write(f"opsrun: --check: {exc}\n")
-        return EXIT_USAGE
+        return _usage(f"--check: {exc}")
     try:
-        plan = parse_plan(text, version=args.version, strict=args.strict)
+        plan = parse_plan(text, version=args.protocol, strict=args.strict)
+        _confirm_deletes(plan, args.allow_delete)
         items = preview_plan(plan, args.root)
     except OpsrunError as exc:
-        return _fail(out, exc, "invalid")
-    for item in items:
-        out.write(item.diff or f"{item.kind.value} {item.path}\n")
+        return _fail(out, exc, "invalid", args.json)
+    if not args.json:
+        for item in items:
+            out.write(item.diff or f"{item.kind.value} {item.path}\n")
     if args.dry_run:
-        out.write(f"dry run: {len(items)} path(s) would change\n")
+        if args.json:
+            doc = result_json(True, [], outcome="dry_run", paths=[i.path for i in items])
+            out.write(json.dumps(doc, indent=2) + "\n")
+        else:
+            out.write(f"dry run: {len(items)} path(s) would change\n")
         return EXIT_OK
+    return _commit(args, plan, check, out)
+
+
+def _commit(args: argparse.Namespace, plan: Plan, check: list[str] | None, out: TextIO) -> int:
     try:
         result = apply_plan(
             plan,
@@ -110,19 +136,47 @@ def _apply(
             check_timeout=args.check_timeout,
         )
     except ApplyError as exc:
-        if exc.code == "ERR_ROLLBACK_FAILED":
+        if exc.code == "ERR_ROLLBACK_FAILED" and not args.json:
             out.write("rollback did not finish: run `opsrun plan recover --root DIR`\n")
-        return _fail(out, exc, "not applied")
+        return _fail(out, exc, "not applied", args.json)
+    if args.json:
+        doc = result_json(True, [], outcome="applied", **result.model_dump())
+        out.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
+        return EXIT_OK
     if result.check_output:
         out.write(result.check_output.rstrip("\n") + "\n")
     out.write(f"applied: {len(result.changed)} path(s), transaction {result.tx_id}\n")
     return EXIT_OK
 
 
+def _confirm_deletes(plan: Plan, allowed: bool) -> None:
+    """Refuse deletes the user did not confirm, before any diff is printed."""
+    deletes = [(i, a) for i, a in enumerate(plan.actions) if a.kind in _DELETES]
+    if not deletes or allowed:
+        return
+    raise ApplyError(
+        f"the plan deletes {len(deletes)} path(s); pass --allow-delete to confirm",
+        code="ERR_DELETE_NOT_CONFIRMED",
+        details={
+            "violations": [
+                Violation(
+                    code="ERR_DELETE_NOT_CONFIRMED",
+                    message=f"{a.kind.value} needs --allow-delete",
+                    path=a.path,
+                    action_index=i,
+                ).model_dump()
+                for i, a in deletes
+            ]
+        },
+    )
+
+
 def _undo(
     args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | None = None
 ) -> int:
     out = stdout or sys.stdout
+    if (problem := root_problem(args.root)) is not None:
+        return _usage(problem)
     try:
         outcome = undo(args.root)
     except ApplyError as exc:
@@ -135,6 +189,8 @@ def _recover(
     args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | None = None
 ) -> int:
     out = stdout or sys.stdout
+    if (problem := root_problem(args.root)) is not None:
+        return _usage(problem)
     try:
         outcome = recover(args.root)
     except ApplyError as exc:
