@@ -29,6 +29,7 @@ from opsrun.protocol import (
     fallback_metrics,
     load_traces,
 )
+from opsrun.protocol._cli_common import root_problem, violation_line
 from opsrun.protocol._exit import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 __all__ = ["STATE_FILE", "add_driver_commands"]
@@ -97,11 +98,10 @@ def _turn(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
 
 
 def _root(value: str) -> Path:
-    root = Path(value)
-    if not root.is_dir():
-        what = "does not exist" if not root.exists() else "is not a directory"
-        raise UsageProblem(f"--root {value!r} {what}")
-    return root
+    problem = root_problem(value)
+    if problem is not None:
+        raise UsageProblem(problem)
+    return Path(value)
 
 
 async def _turn_async(args: argparse.Namespace, out: TextIO) -> int:
@@ -163,8 +163,8 @@ def _print(result: DriverResult, out: TextIO, root: str) -> None:
     plan = result.plan
     if result.status == "failed":
         out.write(f"failed: {result.error_code} {result.error_message}\n")
-        for v in result.violations[1:]:
-            out.write(f"  also: {v.code} {v.message}\n")
+        for v in result.violations:
+            out.write(violation_line(v) + "\n")
         if result.next_mode == "plan":
             out.write("a file changed since it was read: send 'ok' to retry the saved plan\n")
         return
