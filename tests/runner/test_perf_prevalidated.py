@@ -123,3 +123,37 @@ async def test_a_replaced_execute_of_the_in_process_executor_still_sees_every_op
     result = await make_runner(stores=stores, catalog=catalog, executor=executor).run(generate())
     assert result.status == "done"
     assert seen == ["a", "b"]
+
+
+@pytest.mark.anyio
+async def test_every_stored_event_and_record_of_a_run_equals_a_validated_one() -> None:
+    stores = InMemoryStores()
+    catalog = OperationCatalog()
+
+    @catalog.function("ok", name="OK")
+    async def ok(ctx: OperationContext) -> OperationResult:
+        return OperationResult.done(outputs_summary={"n": 1})
+
+    await use_profile(stores, op("ok", B), op("after", A))
+    catalog.function("after", name="After")(ok)
+    result = await make_runner(stores=stores, catalog=catalog).run(generate())
+    events = await stores.runs.events(result.run.run_id)
+    assert {e.type for e in events} >= {"run.started", "main_llm.delta", "run.finished"}
+    for event in events:
+        assert_same(event, validated(event))
+    assert_same(result.run, validated(result.run))
+    assert_same(result, validated(result))
+    for message in await stores.chats.history("c", "main"):
+        assert_same(message, validated(message))
+        for variant in message.variants:
+            assert_same(variant, validated(variant))
+
+
+def test_a_done_result_without_effects_equals_a_validated_one() -> None:
+    plain = OperationResult.done()
+    assert_same(plain, validated(plain))
+    summary = {"n": 1}
+    counted = OperationResult.done(outputs_summary=summary)
+    assert_same(counted, validated(counted))
+    assert counted.outputs_summary is not summary  # copied, as validation copies it
+    assert OperationResult.done().outputs_summary is not plain.outputs_summary

@@ -11,6 +11,7 @@ from pydantic import Field, TypeAdapter, model_validator
 
 from ._artifact import ArtifactWrite
 from ._base import JsonObject, Model
+from ._build import Builder
 from ._enums import DomainRole, OperationStatus, SkippedReason
 
 # --- prompt-time effects (before_main_llm only) ----------------------------------------------
@@ -174,6 +175,11 @@ class OperationResult(Model):
         outputs_summary: JsonObject | None = None,
     ) -> OperationResult:
         """Build a ``done`` result with the given effects."""
+        if cls is OperationResult and not prompt and not turn and artifact is None:
+            # Nothing to validate: the common result of an operation, built directly.
+            summary = outputs_summary if type(outputs_summary) is dict else None
+            if outputs_summary is None or (summary is not None and _str_keys(summary)):
+                return _DONE(effects=_NO_EFFECTS, outputs_summary=dict(summary or ()))
         return cls(
             status=OperationStatus.DONE,
             effects=OperationEffects(prompt=tuple(prompt), turn=tuple(turn), artifact=artifact),
@@ -194,3 +200,15 @@ class OperationResult(Model):
             status=OperationStatus.ERROR,
             error=OperationError(code=code, message=message, details=details),
         )
+
+
+_NO_EFFECTS = OperationEffects()
+"""The effects of a result that changes nothing (frozen: one instance serves all)."""
+
+_DONE = Builder(OperationResult).bind({"status": OperationStatus.DONE})
+"""Builds ``done`` results whose values need no validation."""
+
+
+def _str_keys(summary: dict[Any, Any]) -> bool:
+    """True when every key of ``summary`` is a ``str`` (what a JSON object holds)."""
+    return all(type(key) is str for key in summary)

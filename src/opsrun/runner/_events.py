@@ -3,35 +3,86 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol, cast, runtime_checkable
 
 import anyio
 
 from ..model import (
     Hook,
+    MainLlmDelta,
+    MainLlmFinished,
+    MainLlmStarted,
     OperationError,
     OperationFinished,
     OperationStarted,
     OperationStatus,
     RunEvent,
+    RunFinished,
+    RunPhaseChanged,
+    RunStarted,
     SkippedReason,
 )
+from ..model._build import Builder
 from ..ports import Clock, EventSink, RunStore
 
-__all__ = ["EventEmitter"]
+__all__ = ["EventEmitter", "ImmediateEventLog"]
 
 _log = logging.getLogger("opsrun.events")
 
+_BUILDERS: dict[type[Any], Builder[Any]] = {
+    event_type: Builder(event_type)
+    for event_type in (
+        RunStarted,
+        RunPhaseChanged,
+        OperationStarted,
+        OperationFinished,
+        MainLlmStarted,
+        MainLlmDelta,
+        MainLlmFinished,
+        RunFinished,
+    )
+}
+"""Builds each event type from the runner's own values, without validating them again."""
+
+
+@runtime_checkable
+class ImmediateEventLog(Protocol):
+    """A run store that appends events at once, without waiting (the in-memory one).
+
+    With such a store and no sink, a run's events need no delivery task: each is
+    appended as it is emitted.
+    """
+
+    def append_events_now(self, run_id: str, events: Sequence[RunEvent]) -> None:
+        """Append events to the run's log now, as ``RunStore.append_events`` does."""
+        ...
+
+
+_IMMEDIATE: dict[type, bool] = {}
+"""Per store class: is it an :class:`ImmediateEventLog`."""
+
+
+def _immediate(store: RunStore) -> bool:
+    """True when ``store`` appends events at once (checked once per store class)."""
+    kind = type(store)
+    found = _IMMEDIATE.get(kind)
+    if found is None:
+        found = _IMMEDIATE[kind] = isinstance(store, ImmediateEventLog)
+    return found
+
 
 class EventEmitter:
-    """Numbers a run's events 1, 2, … and delivers them in order from one task.
+    """Numbers a run's events 1, 2, … and delivers them in order.
 
-    ``emit`` never waits: events queue in memory and a single pump task hands them to
-    the run store and the sink in batches, so a slow sink cannot reorder events or
-    stall operations. After ``close`` the pump ends once the queue is delivered;
-    ``flush`` delivers what a cancelled pump left and what was emitted after it ended
-    (the record of a run cancelled from outside).
+    ``emit`` never waits. With no sink and a store that appends at once
+    (:class:`ImmediateEventLog`), each event is appended as it is emitted. Otherwise
+    events queue in memory and one task (the run's helper) hands them to the run store
+    and the sink in batches (:meth:`deliver`), so a slow sink cannot reorder events or
+    stall operations; :meth:`wait` waits for the next event or :meth:`close`, and
+    ``flush`` delivers what a cancelled delivery left and what was emitted after it
+    ended (the record of a run cancelled from outside).
     """
 
     def __init__(
@@ -54,7 +105,10 @@ class EventEmitter:
         """How many queued events the store already has."""
         self._sent = 0
         """How many queued events the sink was already handed."""
-        self._templates: dict[type, OperationStarted | OperationFinished] = {}
+        self._now = cast(ImmediateEventLog, store) if sink is None and _immediate(store) else None
+        self._builders: dict[type[Any], Builder[Any]] = {}
+        """Per event type, its builder with this run's ``base`` fields bound."""
+        """The store, when events are appended as they are emitted."""
 
     @property
     def pending(self) -> bool:
@@ -62,6 +116,9 @@ class EventEmitter:
         return bool(self._queue)
 
     def _queue_event(self, event: RunEvent) -> None:
+        if self._now is not None:
+            self._now.append_events_now(event.run_id, (event,))
+            return
         self._queue.append(event)
         wakeup = self._wakeup
         if wakeup is not None:
@@ -69,11 +126,29 @@ class EventEmitter:
             wakeup.set()
 
     def emit(self, event_type: type[Any], **fields: Any) -> RunEvent:
-        """Build the next event of ``event_type`` and queue it for delivery."""
+        """Build the next event of ``event_type`` and queue it for delivery.
+
+        ``fields`` come from validated models or from the runner, with the types the
+        event holds; only a host clock's reading may be of another type, and then the
+        event is validated.
+        """
         self.seq += 1
-        event: RunEvent = event_type(seq=self.seq, ts=self._clock.now(), **self._base, **fields)
+        event = self._build(event_type, self._clock.now(), fields)
         self._queue_event(event)
         return event
+
+    def _build(self, event_type: type[Any], ts: object, fields: dict[str, Any]) -> RunEvent:
+        """The next event (``seq``) of ``event_type`` stamped ``ts``, with ``fields``."""
+        fields["seq"] = self.seq
+        fields["ts"] = ts
+        if type(ts) is datetime:
+            builder = self._builders.get(event_type)
+            if builder is None:
+                builder = self._builders[event_type] = _BUILDERS[event_type].bind(self._base)
+            built: RunEvent = builder.build(fields)
+            return built
+        validated: RunEvent = event_type(**self._base, **fields)
+        return validated
 
     def operation_started(
         self, ts: datetime, hook: Hook, operation_id: str, operation_name: str
@@ -114,40 +189,28 @@ class EventEmitter:
     def _emit_operation(
         self, event_type: type[OperationStarted | OperationFinished], ts: object, **fields: Any
     ) -> None:
-        """Queue an operation event: validated once per run and type, then copied.
-
-        ``fields`` holds every field that differs between two events of one type in one
-        run, each made by the runner from validated models; only the host clock's reading
-        can be of another type, and then the event is validated.
-        """
+        """Queue an operation event stamped ``ts`` (see :meth:`emit`)."""
         self.seq += 1
-        fields["seq"] = self.seq
-        fields["ts"] = ts
-        template = self._templates.get(event_type)
-        if template is None or not isinstance(ts, datetime):
-            event: OperationStarted | OperationFinished = event_type(**self._base, **fields)
-            self._templates.setdefault(event_type, event)
-        else:
-            event = template.model_copy(update=fields)
-        self._queue_event(event)
+        self._queue_event(self._build(event_type, ts, fields))
 
-    async def pump(self) -> None:
-        """Deliver queued events until :meth:`close`; run this in the run's task group."""
-        while True:
-            if not self._queue:
-                if self._closed:
-                    return
-                self._wakeup = wakeup = anyio.Event()
-                await wakeup.wait()
-                continue
-            await self._deliver()
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closed
+
+    async def wait(self) -> None:
+        """Return once an event is queued or :meth:`close` was called."""
+        if self._queue or self._closed:
+            return
+        self._wakeup = wakeup = anyio.Event()
+        await wakeup.wait()
 
     async def flush(self) -> None:
-        """Deliver what is still queued (after the pump was cancelled, say)."""
+        """Deliver what is still queued (after a delivery was cancelled, say)."""
         while self._queue:
-            await self._deliver()
+            await self.deliver()
 
-    async def _deliver(self) -> None:
+    async def deliver(self) -> None:
         """Deliver everything queued so far as one batch, in order.
 
         Events leave the queue only once the store and the sink have them, so a
@@ -168,7 +231,7 @@ class EventEmitter:
         self._stored = self._sent = 0
 
     def close(self) -> None:
-        """End the pump once it has delivered the queue."""
+        """No more events but the run's record: wake :meth:`wait` for good."""
         self._closed = True
         wakeup = self._wakeup
         if wakeup is not None:

@@ -29,6 +29,7 @@ from ..model import (
     SkippedReason,
     Trigger,
 )
+from ..model._build import Builder
 from ..operations import Operation
 from ._events import EventEmitter
 
@@ -105,6 +106,10 @@ class OpExec:
         self.error = error
 
 
+_RECORD = Builder(OperationRun)
+"""Builds operation records from the runner's own values (no second validation)."""
+
+
 def _trusted(e: OpExec) -> bool:
     """True when ``e``'s changing fields have the types a record holds."""
     return (
@@ -131,7 +136,6 @@ class OperationLedger:
         self._redactor = redactor
         self._now = now
         self._execs: list[OpExec] = []
-        self._template: OperationRun | None = None
 
     def __iter__(self) -> Iterator[OpExec]:
         return iter(self._execs)
@@ -177,8 +181,7 @@ class OperationLedger:
         return [self._record(e, run_id, trigger) for e in self._execs]
 
     def _record(self, e: OpExec, run_id: str, trigger: Trigger) -> OperationRun:
-        """``e``'s :class:`OperationRun`: the run's first record is validated, the others
-        copy it with every field replaced.
+        """``e``'s :class:`OperationRun`, built without validation when it can be.
 
         Every value comes from a validated model or from the runner, except the host
         clock's readings and the summaries of a host ``summarize``: a record with any of
@@ -206,13 +209,10 @@ class OperationLedger:
             "commit_index": e.commit_index,
             "debug": e.debug,
         }
-        template = self._template
-        if template is not None and _trusted(e):
-            return template.model_copy(update=values)
-        record = OperationRun(**values)
-        if template is None:
-            self._template = record
-        return record
+        if _trusted(e):
+            record: OperationRun = _RECORD(**values)
+            return record
+        return OperationRun(**values)
 
     def required_not_done(self, hook: Hook) -> FailedDetails | None:
         """The first required operation of ``hook`` that should have run but is not done.

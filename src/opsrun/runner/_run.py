@@ -36,6 +36,7 @@ from ..model import (
     SkippedReason,
     Trigger,
 )
+from ..model._build import Builder
 from ..operations import OperationCatalog, RunMeta
 from ..ports import RunStore
 from ._context import Cancellation, RunContext
@@ -55,6 +56,10 @@ FINISH_SECONDS = 5.0
 """How long a run cancelled from outside may take to record itself as aborted."""
 
 _log = run_logger("opsrun.runner")
+
+_CALL = Builder(MainLlmCall)
+_RESULT = Builder(RunResult)
+"""Build records from validated models (no second validation)."""
 
 
 class RunDriver:
@@ -84,12 +89,11 @@ class RunDriver:
         self._staging = Staging(ctx)
         self._scheduler = Scheduler(ctx, self._ledger, self._cancellation, emitter)
         self._t0 = anyio.current_time()
-        self._main_llm = MainLlmCall()
+        self._main_llm = _CALL()
         self.run = run
-        self.result = RunResult(run=run)
+        self.result = _RESULT(run=run)
         self._finished = False
-        self._over = anyio.Event()
-        """Set once the phases are over: the lease and deadline watchers end."""
+        self._lease = timedelta(seconds=lease_seconds)
 
     async def drive(self) -> None:
         """Run every phase; the run is finished and stored when this returns.
@@ -110,20 +114,14 @@ class RunDriver:
             token = tracing.activate(span)
         _log.debug("run started (%s, chat %s)", self.run.trigger, self.run.chat_id)
         try:
-            # One task group for the run's helpers: the event pump, the lease heartbeat
-            # and, with a deadline, its watch.
+            # One helper task delivers queued events, renews the lease and watches the
+            # deadline; it ends on its own once the phases are over and the queue is
+            # delivered (no cancellation, no leftover cycle).
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self._emitter.pump)
-                tg.start_soon(self._heartbeat)
-                deadline_ms = self._ctx.request.deadline_ms
-                if deadline_ms is not None:
-                    tg.start_soon(self._deadline_watch, deadline_ms / 1000)
+                tg.start_soon(self._helper)
                 try:
                     await self._phases()
                 finally:
-                    # The helpers end on their own (no cancellation, no leftover cycle):
-                    # the watchers at once, the pump once the queue is delivered.
-                    self._over.set()
                     self._emitter.close()
         except anyio.get_cancelled_exc_class():
             if not self._finished:
@@ -139,22 +137,32 @@ class RunDriver:
                 tracing.end_run(span, self.run)
             leave(log_scope)
 
-    async def _heartbeat(self) -> None:
-        """Renew the run's lease every third of its length while the run goes on."""
-        lease = timedelta(seconds=self._lease_seconds)
+    async def _helper(self) -> None:
+        """While the run goes on: deliver queued events, renew the lease every third of
+        its length, abort the run at its deadline."""
+        emitter = self._emitter
+        period = self._lease_seconds / 3
+        renew_at = anyio.current_time() + period
+        deadline = self._ctx.deadline
         while True:
-            with anyio.move_on_after(self._lease_seconds / 3):
-                await self._over.wait()
-            if self._over.is_set():
+            if emitter.pending:
+                await emitter.deliver()
+                continue
+            if emitter.closed:
                 return
-            until = _INSTANT.validate_python(self._ctx.clock.now()) + lease
-            await self._runs.renew_lease(self.run.run_id, until)
-
-    async def _deadline_watch(self, seconds: float) -> None:
-        with anyio.move_on_after(seconds):
-            await self._over.wait()
-        if not self._over.is_set():
-            self._ctx.abort.abort("deadline")
+            wake_at = renew_at if deadline is None else min(renew_at, deadline)
+            with anyio.CancelScope(deadline=wake_at) as timer:
+                await emitter.wait()
+            if not timer.cancelled_caught:  # woken by an event or by the end of the phases
+                continue
+            now = anyio.current_time()
+            if deadline is not None and now >= deadline:
+                deadline = None
+                self._ctx.abort.abort("deadline")
+            if now >= renew_at:
+                renew_at = now + period
+                until = _INSTANT.validate_python(self._ctx.clock.now())
+                await self._runs.renew_lease(self.run.run_id, until + self._lease)
 
     async def _phases(self) -> None:
         self._phase(RunPhase.PLANNING)
@@ -189,8 +197,6 @@ class RunDriver:
         if self._ctx.request.trigger == Trigger.GENERATE:
             await self._turn.ensure_user_message()
         at_start = await self._staging.load()
-        if at_start:
-            self.run = self.run.model_copy(update={"artifacts_at_start": at_start})
         profile = self._profile
         if profile is not None and profile.enabled:
             for entry in profile.operations:
@@ -200,7 +206,10 @@ class RunDriver:
             if e.terminal:
                 self._ledger.announce(e)
         # Operation records are stored when the run finishes; events carry the progress.
-        await self._runs.save_run(self.run, [])
+        # The claim stored the run's record: it changes here only with artifacts.
+        if at_start:
+            self.run = self.run.model_copy(update={"artifacts_at_start": at_start})
+            await self._runs.save_run(self.run, [])
 
     def _plan_operation(self, operation_id: str, config: OperationConfig) -> list[OpExec]:
         """One :class:`OpExec` per hook of the operation, ended when it is not to run."""
@@ -308,7 +317,7 @@ class RunDriver:
         self._emitter.emit(
             RunFinished, status=status, failed_type=failed_type, failed_details=details
         )
-        self.result = RunResult(run=self.run, operation_runs=tuple(records))
+        self.result = _RESULT(run=self.run, operation_runs=tuple(records))
         self._finished = True
         if failed_type is None:
             _log.debug("run finished: %s", status)

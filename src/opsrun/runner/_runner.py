@@ -5,14 +5,17 @@ from __future__ import annotations
 import os
 import re
 from collections import defaultdict
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from operator import attrgetter
+from types import MappingProxyType
 from typing import Any, Literal, TypeVar
 
 import anyio
+from pydantic import TypeAdapter
 
 from .._config import require, require_at_least
 from .._redact import DEFAULT_REDACTOR, Redactor
@@ -29,6 +32,7 @@ from ..model import (
     RunResult,
     Trigger,
 )
+from ..model._build import Builder
 from ..operations import AbortSignal, OperationCatalog, RunMeta
 from ..ports import (
     ArtifactArchive,
@@ -164,9 +168,11 @@ class Runner:
         self.telemetry = telemetry
         self._tracing = Tracing(telemetry) if telemetry is not None else None
         self._active: dict[str, AbortSignal] = {}
-        self._finished: dict[str, anyio.Event] = {}
-        # Profiles are immutable: validation results are cached per profile object.
-        self._validated: dict[int, tuple[OperationProfile, list[ProfileIssue]]] = {}
+        self._finished: dict[str, anyio.Event | None] = {}
+        """Runs executing here, each with the event a duplicate of its turn waits on."""
+        # Profiles are immutable: validation results (and the rank of each operation in
+        # profile order) are cached per profile object.
+        self._validated: dict[int, _Checked] = {}
 
     def _summarize(self, summary: dict[str, Any]) -> dict[str, Any]:
         """The default summariser: bounded, then redacted."""
@@ -324,7 +330,8 @@ class Runner:
     ) -> RunResult:
         user_message_id = request.user_message_id or self.ids.new_id("msg")
         history = await self._turn_history(request, user_message_id)
-        run = Run(
+        started_at = _instant(self.clock.now())
+        run = _RUN(
             run_id=self.ids.new_id("run"),
             trigger=request.trigger,
             chat_id=request.chat_id,
@@ -335,14 +342,15 @@ class Runner:
             operation_profile_session_id=profile.operation_profile_session_id if profile else None,
             dedupe_key=request.dedupe_key,
             initiator=request.initiator,
-            started_at=self.clock.now(),
+            started_at=started_at,
+            lease_expires_at=started_at + timedelta(seconds=self.lease_seconds),
         )
-        lease = timedelta(seconds=self.lease_seconds)
-        run = run.model_copy(update={"lease_expires_at": run.started_at + lease})
         stored = await self.runs.claim(run)
         if stored.run_id != run.run_id:
-            finished = self._finished.get(stored.run_id)
-            if finished is not None:  # still running in this runner: return it once finished
+            if stored.run_id in self._finished:  # still running here: return it once finished
+                finished = self._finished[stored.run_id]
+                if finished is None:
+                    finished = self._finished[stored.run_id] = anyio.Event()
                 await finished.wait()
             result = await self.result(stored.run_id)
             return result.model_copy(update={"deduplicated": True})
@@ -351,7 +359,9 @@ class Runner:
         # caller's signal can be reused for a later run after a deadline.
         signal = AbortSignal()
         forget_caller = abort.subscribe(signal.abort) if abort is not None else None
-        ctx = self._context(request, run, profile, signal)
+        checked = self._validated.get(id(profile)) if profile is not None else None
+        rank = checked.rank if checked is not None else _NO_RANK
+        ctx = self._context(request, run, rank, signal)
         emitter = EventEmitter(
             base={
                 "run_id": run.run_id,
@@ -374,7 +384,7 @@ class Runner:
             lease_seconds=self.lease_seconds,
         )
         self._active[run.run_id] = signal
-        self._finished[run.run_id] = anyio.Event()
+        self._finished[run.run_id] = None
         try:
             await driver.drive()
         finally:
@@ -386,20 +396,19 @@ class Runner:
             if forget_caller is not None:
                 forget_caller()
             del self._active[run.run_id]
-            self._finished.pop(run.run_id).set()
+            finished = self._finished.pop(run.run_id)
+            if finished is not None:
+                finished.set()
         return driver.result
 
     def _context(
         self,
         request: RunRequest,
         run: Run,
-        profile: OperationProfile | None,
+        rank: Mapping[str, int],
         signal: AbortSignal,
     ) -> RunContext:
-        rank: dict[str, int] = {}
-        if profile is not None:
-            ranked = sorted(enumerate(profile.operations), key=lambda p: (p[1].config.order, p[0]))
-            rank = {entry.operation_id: index for index, (_, entry) in enumerate(ranked)}
+        session_key = run.session_key
         return RunContext(
             request=request,
             meta=RunMeta(
@@ -409,11 +418,11 @@ class Runner:
                 branch_id=run.branch_id,
                 user_message_id=run.user_message_id,
                 profile_id=run.profile_id,
-                session_key=run.session_key,
+                session_key=session_key,
                 assistant_variant_id=request.assistant_variant_id,
             ),
             abort=signal,
-            session_key=run.session_key,
+            session_key=session_key,
             started_at=run.started_at,
             profile_rank=rank,
             chats=self.chats,
@@ -440,12 +449,12 @@ class Runner:
         except NotFound as exc:
             raise RunError(str(exc.message), code="profile_not_found") from exc
         cached = self._validated.get(id(profile))
-        if cached is None or cached[0] is not profile:
-            cached = (profile, self.catalog.validate(profile))
+        if cached is None or cached.profile is not profile:
+            cached = _Checked(profile, self.catalog.validate(profile), _rank(profile))
             if len(self._validated) >= 64:
                 self._validated.clear()
             self._validated[id(profile)] = cached
-        issues = cached[1]
+        issues = cached.issues
         if issues:
             raise ProfileInvalid(
                 f"profile {profile.profile_id!r} is not valid for this catalog", issues=issues
@@ -472,6 +481,42 @@ class Runner:
             )
         # the new user message is appended once the run is claimed
         return _answered(history, user_message_id)
+
+
+@dataclass(frozen=True, slots=True)
+class _Checked:
+    """A profile as loaded, with its validation issues and its operations' ranks."""
+
+    profile: OperationProfile
+    issues: list[ProfileIssue]
+    rank: Mapping[str, int]
+    """Rank of each operation in profile order (``order``, then position)."""
+
+
+_NO_RANK: Mapping[str, int] = MappingProxyType({})
+
+_RUN = Builder(Run)
+"""Builds a new run's record from the validated request and profile."""
+
+
+def _rank(profile: OperationProfile) -> Mapping[str, int]:
+    """The rank of each operation of ``profile`` in profile order."""
+    ranked = sorted(enumerate(profile.operations), key=lambda p: (p[1].config.order, p[0]))
+    return MappingProxyType({entry.operation_id: i for i, (_, entry) in enumerate(ranked)})
+
+
+_INSTANT: TypeAdapter[datetime] = TypeAdapter(datetime)
+
+
+def _instant(value: object) -> datetime:
+    """A host clock's reading as a ``datetime``, as a model field reads it.
+
+    Raises:
+        pydantic.ValidationError: it is not a time.
+    """
+    if type(value) is datetime:
+        return value
+    return _INSTANT.validate_python(value)
 
 
 _ROLE_CODES: defaultdict[ChatRole, str] = defaultdict(

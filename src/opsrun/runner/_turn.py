@@ -18,9 +18,14 @@ from ..model import (
     TurnEffect,
     UserVariant,
 )
+from ..model._build import Builder
 from ._context import RunContext
 
 __all__ = ["Turn"]
+
+_VARIANT = Builder(MessageVariant)
+_MESSAGE = Builder(ChatMessage)
+"""Build the turn's messages from values of validated models (no second validation)."""
 
 
 class Turn:
@@ -32,6 +37,8 @@ class Turn:
         """Messages up to and including the turn's user message, oldest first."""
         self.assistant: ChatMessage | None = None
         """The turn's assistant message, once the main LLM answered."""
+        self._user_changed = False
+        """A committed effect changed the user message since the history was read."""
 
     def visible_history(self, hook: Hook) -> tuple[ChatMessage, ...]:
         """The history operations of ``hook`` see (after the main LLM: with its reply)."""
@@ -43,19 +50,24 @@ class Turn:
         """Store the user message of a ``generate`` turn unless the host stored it."""
         ctx = self._ctx
         meta = ctx.meta
-        try:
-            await ctx.chats.get_message(meta.chat_id, meta.user_message_id)
-            return
-        except NotFound:
-            pass
-        variant = MessageVariant(
+        # A message id the runner made up is new; a named one may be stored already.
+        if ctx.request.user_message_id is not None:
+            history = self.history
+            if history and history[-1].message_id == meta.user_message_id:
+                return
+            try:
+                await ctx.chats.get_message(meta.chat_id, meta.user_message_id)
+                return
+            except NotFound:
+                pass
+        variant = _VARIANT(
             variant_id=ctx.ids.new_id("var"),
             content=ctx.request.user_message or "",
             source="user",
             run_id=meta.run_id,
             created_at=ctx.started_at,
         )
-        message = ChatMessage(
+        message = _MESSAGE(
             message_id=meta.user_message_id,
             chat_id=meta.chat_id,
             branch_id=meta.branch_id,
@@ -69,6 +81,9 @@ class Turn:
 
     async def refresh(self) -> None:
         """Re-read the user message so committed user variants reach the prompt."""
+        if not self._user_changed:
+            return
+        self._user_changed = False
         ctx = self._ctx
         history = self.history
         # The turn's user message closes the history: look from the end.
@@ -86,12 +101,15 @@ class Turn:
         ctx = self._ctx
         meta = ctx.meta
         variant_id = ctx.request.assistant_variant_id or ctx.ids.new_id("var")
-        variant = MessageVariant(
+        now = ctx.clock.now()
+        # A host clock's reading of another type is validated (as the fields read it).
+        trusted = type(now) is datetime
+        variant = (_VARIANT if trusted else MessageVariant)(
             variant_id=variant_id,
             content=call.text or "",
             source="main_llm",
             run_id=meta.run_id,
-            created_at=ctx.clock.now(),
+            created_at=now,
         )
         existing = None
         if meta.trigger != Trigger.GENERATE:
@@ -101,15 +119,18 @@ class Turn:
         if existing is not None:
             message = _with_variant(existing, variant, True)
         else:
-            message = ChatMessage(
-                message_id=ctx.ids.new_id("msg"),
+            message_id = ctx.ids.new_id("msg")
+            created_at = ctx.clock.now()
+            trusted = trusted and type(created_at) is datetime
+            message = (_MESSAGE if trusted else ChatMessage)(
+                message_id=message_id,
                 chat_id=meta.chat_id,
                 branch_id=meta.branch_id,
                 role=ChatRole.ASSISTANT,
                 variants=(variant,),
                 selected_variant_id=variant_id,
                 turn_id=meta.user_message_id,
-                created_at=ctx.clock.now(),
+                created_at=created_at,
             )
         await ctx.chats.save_message(message)
         self.assistant = message
@@ -125,6 +146,7 @@ class Turn:
             message = await ctx.chats.get_message(ctx.meta.chat_id, ctx.meta.user_message_id)
             variant = self._variant(operation_id, effect.content, now)
             await ctx.chats.save_message(_with_variant(message, variant, effect.select))
+            self._user_changed = True
             return
         assert self.assistant is not None, "assistant effects commit after the main LLM"
         message = self.assistant

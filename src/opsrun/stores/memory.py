@@ -22,8 +22,9 @@ from __future__ import annotations
 import threading
 import time
 from bisect import bisect_right
+from collections import deque
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 from operator import attrgetter
 
@@ -273,8 +274,8 @@ class InMemoryRunStore:
         self._followers: dict[str, anyio.Event] = {}
         """Run id -> the event its followers wait on; set (and dropped) on a change."""
         self._lock = threading.Lock()
-        self._branches: dict[tuple[str, str], tuple[anyio.Lock, int]] = {}
-        """Per chat branch: its lock and how many runs hold or wait for it."""
+        self._branches: dict[tuple[str, str], deque[anyio.Event]] = {}
+        """Held chat branches, each with the runs waiting for it, in order."""
 
     async def claim(self, run: Run) -> Run:
         """Insert ``run`` unless its dedupe key is held; return the stored run.
@@ -317,38 +318,25 @@ class InMemoryRunStore:
             if run is not None and run.status == RunStatus.RUNNING:
                 self._runs[run_id] = run.model_copy(update={"lease_expires_at": until})
 
-    @asynccontextmanager
-    async def hold_branch(
+    def hold_branch(
         self, chat_id: str, branch_id: str, *, wait: bool = True
-    ) -> AsyncIterator[None]:
+    ) -> AbstractAsyncContextManager[object]:
         """Hold the branch for one run (one event loop; see :class:`~opsrun.ports.RunStore`).
+
+        Entering a free branch does not wait; holders queue first come, first served.
 
         Raises:
             StoreError: ``wait=False`` and the branch is held (code ``branch_busy``).
         """
-        key = (chat_id, branch_id)
-        lock, holders = self._branches.get(key, (None, 0))
-        if lock is None:
-            lock = anyio.Lock()
-        if not wait and lock.locked():
-            raise StoreError(
-                f"chat {chat_id!r} branch {branch_id!r} already has an active run",
-                code="branch_busy",
-                details={"chat_id": chat_id, "branch_id": branch_id},
-            )
-        self._branches[key] = (lock, holders + 1)
-        try:
-            async with lock:
-                yield
-        finally:
-            lock, holders = self._branches[key]
-            if holders == 1:
-                del self._branches[key]
-            else:
-                self._branches[key] = (lock, holders - 1)
+        return _BranchHold(self._branches, (chat_id, branch_id), wait)
 
     async def append_events(self, run_id: str, events: Sequence[RunEvent]) -> None:
         """Append events to the run's log; an event whose ``seq`` is stored is kept once."""
+        self.append_events_now(run_id, events)
+
+    def append_events_now(self, run_id: str, events: Sequence[RunEvent]) -> None:
+        """:meth:`append_events` without awaiting: with no event sink, the runner appends
+        each event of a run as it is emitted, with no task to deliver them."""
         if not events:
             return
         with self._lock:
@@ -507,6 +495,53 @@ class InMemoryRunStore:
             changed = self._followers.pop(run_id, None)
         if changed is not None:
             changed.set()
+
+
+class _BranchHold:
+    """Holds one chat branch while entered (:meth:`InMemoryRunStore.hold_branch`)."""
+
+    __slots__ = ("_branches", "_key", "_wait")
+
+    def __init__(
+        self, branches: dict[tuple[str, str], deque[anyio.Event]], key: tuple[str, str], wait: bool
+    ) -> None:
+        self._branches = branches
+        self._key = key
+        self._wait = wait
+
+    async def __aenter__(self) -> None:
+        waiters = self._branches.get(self._key)
+        if waiters is None:  # free: held at once
+            self._branches[self._key] = deque()
+            return
+        if not self._wait:
+            chat_id, branch_id = self._key
+            raise StoreError(
+                f"chat {chat_id!r} branch {branch_id!r} already has an active run",
+                code="branch_busy",
+                details={"chat_id": chat_id, "branch_id": branch_id},
+            )
+        turn = anyio.Event()
+        waiters.append(turn)
+        try:
+            await turn.wait()
+        except BaseException:
+            if turn.is_set():  # handed the branch while cancelled: hand it on
+                self._release()
+            else:
+                waiters.remove(turn)
+            raise
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._release()
+
+    def _release(self) -> None:
+        """Hand the branch to the next waiter, or free it."""
+        waiters = self._branches[self._key]
+        if waiters:
+            waiters.popleft().set()
+        else:
+            del self._branches[self._key]
 
 
 class InMemoryArchive:
