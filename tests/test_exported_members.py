@@ -127,6 +127,7 @@ EXPECTED: dict[str, str] = {
         ContextBlock EnvBlock FileBlock FileSystemContext LogsBlock ProjectContext Refusal
         SearchBlock render_context ContextLimits Diet apply_diet FileMemory InMemoryMemory
         MemoryStore memory_block
+        HunkPlacement PatchResult PatchTolerance apply_patch_detailed
     """,
     "opsrun.testing": """
         Delayed Exchange FakeAnthropicServer FakeClock FakeOpenAIServer FaultyFileSystem

@@ -52,12 +52,16 @@ def test_offset_of_earlier_hunk_carries_to_later_hunks() -> None:
     assert "line 16\n" not in result
 
 
-def test_nearest_of_two_candidates_wins_and_later_side_breaks_ties() -> None:
-    # "k" appears at lines 2 and 6; the hunk says line 4: both are 2 away, GNU tries +2 first.
+def test_two_candidates_away_from_the_stated_line_are_refused() -> None:
+    # "k" appears at lines 2 and 6; GNU would take the nearest (ties: the later one).
     original = "a\nk\nb\nc\nd\nk\ne\n"
-    assert apply_patch(original, "@@ -4 +4 @@\n-k\n+K\n") == "a\nk\nb\nc\nd\nK\ne\n"
-    # Stated at line 3: line 2 is nearer than line 6.
-    assert apply_patch(original, "@@ -3 +3 @@\n-k\n+K\n") == "a\nK\nb\nc\nd\nk\ne\n"
+    for stated in (3, 4):
+        with pytest.raises(PatchError) as info:
+            apply_patch(original, f"@@ -{stated} +{stated} @@\n-k\n+K\n")
+        assert info.value.code == "ERR_PATCH_AMBIGUOUS"
+        assert info.value.details["candidates"] == [2, 6]
+    # At its stated line the hunk applies, whatever else matches.
+    assert apply_patch(original, "@@ -6 +6 @@\n-k\n+K\n") == "a\nk\nb\nc\nd\nK\ne\n"
 
 
 def test_later_hunk_never_matches_before_the_previous_one() -> None:

@@ -59,9 +59,13 @@ from ._parse import normalize_eol as normalize_eol
 from ._parse import parse_plan as parse_plan
 from ._parse import plan_from_json as plan_from_json
 from ._patch import apply_patch as apply_patch
+from ._patch import apply_patch_detailed as apply_patch_detailed
 from ._patch import check_base_sha256 as check_base_sha256
 from ._patch import replace_range as replace_range
 from ._patch import sha256_hex as sha256_hex
+from ._patch_place import HunkPlacement as HunkPlacement
+from ._patch_place import PatchResult as PatchResult
+from ._patch_place import PatchTolerance as PatchTolerance
 from ._plan import Action as Action
 from ._plan import ActionKind as ActionKind
 from ._plan import ContextRequest as ContextRequest
@@ -101,10 +105,13 @@ __all__ = [
     "FilePlanState",
     "FileSystem",
     "FileSystemContext",
+    "HunkPlacement",
     "InMemoryMemory",
     "InMemoryPlanState",
     "LogsBlock",
     "MemoryStore",
+    "PatchResult",
+    "PatchTolerance",
     "PathPolicy",
     "Plan",
     "PlanDriver",
@@ -123,6 +130,7 @@ __all__ = [
     "apply_diet",
     "apply_memory_patch",
     "apply_patch",
+    "apply_patch_detailed",
     "apply_plan",
     "canonical_order",
     "check_base_sha256",

@@ -26,6 +26,7 @@ from ._events import PlanEventSink, emit
 from ._fs import FileSystem, PathState, Tree
 from ._journal import Journal, after_state, begin, open_locked, rollback
 from ._limits import PathPolicy, PlanLimits
+from ._patch_place import PatchTolerance, check_tolerance
 from ._plan import ActionKind, Plan
 from ._preview import Change, plan_changes, validation_errors, violations_error
 
@@ -186,6 +187,7 @@ def apply_plan(
     policy: PathPolicy | None = None,
     fs: FileSystem | None = None,
     events: PlanEventSink | None = None,
+    tolerance: PatchTolerance = "exact",
 ) -> ApplyResult:
     """Apply ``plan`` to the directory ``root`` as one transaction.
 
@@ -202,6 +204,9 @@ def apply_plan(
         fs: The file-system door (tests inject faults here).
         events: Where ``APPLY_SUCCESS``, ``APPLY_ROLLBACK`` (the tree was restored) and
             ``APPLY_FAILED`` (refused before writing) go; default: stdlib ``logging``.
+        tolerance: How sloppy a PATCH_FILE hunk may be: ``"exact"`` (GNU ``patch -F0``
+            placement), ``"whitespace"`` or ``"loose"``; a hunk that does not match at
+            its stated line and matches in several places is ``ERR_PATCH_AMBIGUOUS``.
 
     Returns:
         The committed transaction; :func:`opsrun.protocol.undo` reverts it.
@@ -214,10 +219,21 @@ def apply_plan(
             ``ERR_PATH_SYMLINK`` / ``ERR_PATH_ESCAPES_ROOT`` / ``ERR_PATH_PROTECTED``,
             ``ERR_CHECK_FAILED``, ``ERR_IO``, ``ERR_TX_BUSY``. The tree is back to its
             old state, except with ``ERR_ROLLBACK_FAILED``: then call ``recover(root)``.
+        ConfigError: ``tolerance`` is not a level.
     """
+    check_tolerance(tolerance)
     try:
         result = _apply(
-            plan, root, check, allow_delete, check_timeout, read_paths, limits, policy, fs
+            plan,
+            root,
+            check,
+            allow_delete,
+            check_timeout,
+            read_paths,
+            limits,
+            policy,
+            fs,
+            tolerance,
         )
     except _RolledBack as rolled:
         error = rolled.error
@@ -254,6 +270,7 @@ def _apply(
     limits: PlanLimits | None,
     policy: PathPolicy | None,
     fs: FileSystem | None,
+    tolerance: PatchTolerance = "exact",
 ) -> ApplyResult:
     blocking = validation_errors(plan, root, read_paths, limits, policy)
     if blocking:
@@ -274,7 +291,7 @@ def _apply(
     lock_fd: int | None = None
     try:
         lock_fd, _ = open_locked(tree)
-        changes = plan_changes(tree, plan)
+        changes = plan_changes(tree, plan, tolerance=tolerance)
         states = _snapshot(tree, changes)
         journal = begin(tree, states, lock_fd)
         changed = _execute(tree, journal, changes)

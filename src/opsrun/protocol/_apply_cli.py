@@ -55,6 +55,12 @@ def add_apply_commands(plan_subparsers: Any) -> None:
     )
     apply.add_argument("--protocol", type=int, choices=(1, 2), default=2, help="Protocol version.")
     apply.add_argument("--strict", action="store_true", help="The file must be one JSON document.")
+    apply.add_argument(
+        "--tolerance",
+        choices=("exact", "whitespace", "loose"),
+        default="exact",
+        help="How sloppy a PATCH_FILE hunk may be; ambiguous hunks are always refused.",
+    )
     apply.add_argument("--json", action="store_true", help="Print the result as JSON.")
     apply.set_defaults(func=_apply, handler=_apply)
 
@@ -110,7 +116,7 @@ def _apply(
     try:
         plan = parse_plan(text, version=args.protocol, strict=args.strict)
         _confirm_deletes(plan, args.allow_delete)
-        items = preview_plan(plan, args.root)
+        items = preview_plan(plan, args.root, tolerance=args.tolerance)
     except OpsrunError as exc:
         return _fail(out, exc, "invalid", args.json)
     if not args.json:
@@ -134,6 +140,7 @@ def _commit(args: argparse.Namespace, plan: Plan, check: list[str] | None, out: 
             check=check,
             allow_delete=args.allow_delete,
             check_timeout=args.check_timeout,
+            tolerance=args.tolerance,
         )
     except ApplyError as exc:
         if exc.code == "ERR_ROLLBACK_FAILED" and not args.json:

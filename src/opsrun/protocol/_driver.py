@@ -464,6 +464,7 @@ class _Turn:
             limits=self.cfg.limits,
             policy=self.cfg.policy,
             events=self.sink,
+            tolerance=self.cfg.patch_tolerance,
         )
 
     # -- one protocol attempt: propose, check, repair -----------------------------------
@@ -585,6 +586,7 @@ class _Turn:
                 limits=lim,
                 policy=self.cfg.policy,
                 events=self.sink,
+                tolerance=self.cfg.patch_tolerance,
             )
         except OpsrunError as exc:
             problems = _violations(exc) or (Violation(code=exc.code, message=exc.message),)

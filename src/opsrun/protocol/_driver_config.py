@@ -67,6 +67,8 @@ class DriverConfig:
     """The user's standing confirmation for DELETE_FILE / DELETE_DIR actions."""
     normalize_eol: bool = False
     """Convert CRLF to LF in written content."""
+    patch_tolerance: Literal["exact", "whitespace", "loose"] = "exact"
+    """How sloppy a PATCH_FILE hunk may be (``apply_patch``'s ``tolerance``)."""
     limits: PlanLimits = field(default_factory=PlanLimits)
     """Plan size limits."""
     policy: PathPolicy = field(default_factory=PathPolicy)
@@ -116,6 +118,12 @@ class DriverConfig:
             "'never', 'when_asked' or 'always'",
         )
         require(self, "trace_raw", isinstance(self.trace_raw, bool), "a bool")
+        require(
+            self,
+            "patch_tolerance",
+            self.patch_tolerance in ("exact", "whitespace", "loose"),
+            "'exact', 'whitespace' or 'loose'",
+        )
         require_at_least(self, 0, "repair_attempts", "temperature", "presence_penalty")
         require_at_least(self, 1, "max_tokens", "max_tokens_large_input", "large_input_chars")
         require_at_least(self, 1, "provider_attempts", "max_file_bytes")

@@ -10,8 +10,14 @@ with less leading than trailing context may only match at the start of the file,
 one with less trailing context only at the end, exactly as GNU ``patch`` does.
 There is no fuzz: a hunk matches completely or the whole patch fails.
 
-Lines are compared without their line endings; the file keeps its own endings
-and added lines take the file's dominant one.
+One deliberate difference from GNU: a hunk that does not match at its stated line
+and matches in several other places is refused (``ERR_PATCH_AMBIGUOUS``) instead of
+going to the nearest one. Opt-in tolerance levels (``whitespace``, ``loose``) accept
+sloppier hunks under the same rule; see :mod:`._patch_place`.
+
+Lines are compared without their line endings; the file keeps its own endings,
+its byte order mark and its final newline, and added lines take the file's
+dominant ending.
 """
 
 from __future__ import annotations
@@ -19,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from unidiff.errors import UnidiffParseError
 from unidiff.patch import PatchSet
@@ -27,9 +32,11 @@ from unidiff.patch import PatchSet
 from opsrun.errors import PatchError
 
 from ._content import is_sha256_hex
+from ._patch_place import Hunk, HunkPlacement, PatchResult, PatchTolerance, Placer, check_tolerance
 
 __all__ = [
     "apply_patch",
+    "apply_patch_detailed",
     "check_base_sha256",
     "decode_text",
     "replace_range",
@@ -37,6 +44,7 @@ __all__ = [
 ]
 
 _HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? ?\+(\d+)(?:,(\d+))? ?@@(.*)$")
+_UNNUMBERED_RE = re.compile(r"^@@(?:[^@]*@@(.*))?$")
 _NO_NEWLINE = "\\ No newline at end of file"
 _MAX_SHOWN = 200
 
@@ -168,24 +176,12 @@ def replace_range(
     return "\n".join(out) + ("\n" if lines.final_nl else "")
 
 
-class _Hunk(NamedTuple):
-    """One hunk, ready to place: its pattern (old side) and its edit operations."""
-
-    number: int
-    header: str
-    first: int  # GNU's p_first: the stated old start, +1 for a hunk with no old lines
-    old: list[str]  # context and removed lines, without line endings
-    ops: tuple[tuple[str, str, bool], ...]  # (" " | "-" | "+", text, lacks a final newline)
-    prefix: int  # context lines before the first change
-    suffix: int  # context lines after the last change
-
-
 @dataclass(slots=True)
 class _Parsed:
     named: bool  # whether the patch had ``---``/``+++`` headers
     source: str | None  # None for /dev/null
     target: str | None
-    hunks: list[_Hunk]
+    hunks: list[Hunk]
 
 
 def _not_unified(message: str, **details: object) -> PatchError:
@@ -253,8 +249,11 @@ def _collect_body(
     return body, i, old, new
 
 
-def _scan(patch: str) -> tuple[list[tuple[str, str]], list[str], list[list[str]], str]:
-    """Check the patch's shape; return file headers, hunk headers, hunk bodies, normalised text.
+def _scan(
+    patch: str, *, loose: bool = False
+) -> tuple[list[tuple[str, str]], list[str], list[list[str]], str, list[bool]]:
+    """Check the patch's shape; return file headers, hunk headers, hunk bodies, normalised
+    text, and whether each hunk header states line numbers (only ``loose`` allows none).
 
     Raises:
         PatchError: ``ERR_PATCH_NOT_UNIFIED`` for anything but one file's unified hunks.
@@ -269,6 +268,7 @@ def _scan(patch: str) -> tuple[list[tuple[str, str]], list[str], list[list[str]]
     out: list[str] = []
     headers: list[str] = []
     bodies: list[list[str]] = []
+    numbered: list[bool] = []
     i = 0
     while i < len(lines):
         line = lines[i]
@@ -279,7 +279,8 @@ def _scan(patch: str) -> tuple[list[tuple[str, str]], list[str], list[list[str]]
             i += 2
             continue
         elif line.startswith("@@"):
-            header, body, i = _scan_hunk(lines, i, len(bodies) + 1)
+            header, body, i = _scan_hunk(lines, i, len(bodies) + 1, loose=loose)
+            numbered.append(_HUNK_RE.match(line) is not None)
             headers.append(line.strip())
             out.append(header)
             out.extend(body)
@@ -291,10 +292,12 @@ def _scan(patch: str) -> tuple[list[tuple[str, str]], list[str], list[list[str]]
     _check_one_file(patch, files, git_files, len(bodies))
     source, target = files[0] if files else ("a/file", "b/file")
     text = "\n".join([f"--- {source}", f"+++ {target}", *out]) + "\n"
-    return files, headers, bodies, text
+    return files, headers, bodies, text, numbered
 
 
-def _scan_hunk(lines: list[str], i: int, number: int) -> tuple[str, list[str], int]:
+def _scan_hunk(
+    lines: list[str], i: int, number: int, *, loose: bool = False
+) -> tuple[str, list[str], int]:
     """Read the hunk whose ``@@`` header is ``lines[i]``.
 
     Returns:
@@ -302,6 +305,11 @@ def _scan_hunk(lines: list[str], i: int, number: int) -> tuple[str, list[str], i
     """
     line = lines[i]
     m = _HUNK_RE.match(line)
+    if m is None and loose and _UNNUMBERED_RE.match(line.strip()):
+        # ``@@``, ``@@ @@`` or ``@@ ... @@ def f():``: a hunk that states no line.
+        body, end, old, new = _collect_body(lines, i + 1, 0, 0)
+        _check_changes(body, old, new, number, line)
+        return f"@@ -1,{old} +1,{new} @@", body, end
     if m is None:
         raise _not_unified(
             f"line {i + 1} is not a unified hunk header "
@@ -312,12 +320,16 @@ def _scan_hunk(lines: list[str], i: int, number: int) -> tuple[str, list[str], i
     old_h = 1 if m.group(2) is None else int(m.group(2))
     new_h = 1 if m.group(4) is None else int(m.group(4))
     body, end, old, new = _collect_body(lines, i + 1, old_h, new_h)
+    _check_changes(body, old, new, number, line)
+    return f"@@ -{m.group(1)},{old} +{m.group(3)},{new} @@{m.group(5)}", body, end
+
+
+def _check_changes(body: list[str], old: int, new: int, number: int, line: str) -> None:
     markers = body.count(_NO_NEWLINE)
     if old + new == 2 * (len(body) - markers):  # only context lines, or none at all
         raise _not_unified(
             f"hunk #{number} ({line.strip()}) changes nothing", hunk=number, header=line
         )
-    return f"@@ -{m.group(1)},{old} +{m.group(3)},{new} @@{m.group(5)}", body, end
 
 
 def _refuse_header(line: str, i: int) -> None:
@@ -347,21 +359,22 @@ def _check_one_file(patch: str, files: list[tuple[str, str]], git_files: int, hu
         )
 
 
-def _parse(patch: str) -> _Parsed:
+def _parse(patch: str, *, loose: bool = False, bom: bool = False) -> _Parsed:
     """Parse a patch: unidiff checks the normalised text and gives each hunk's place.
 
     unidiff runs in its metadata mode (it validates every header and body line and
     the counts, without building a ``Line`` object per line); the line texts are
-    taken from the same normalised bodies it has just validated.
+    taken from the same normalised bodies it has just validated. With ``bom``, a byte
+    order mark at the start of a hunk line is dropped (the file's is kept aside).
     """
-    files, headers, bodies, text = _scan(patch)
+    files, headers, bodies, text, numbered = _scan(patch, loose=loose)
     try:
         patch_set = PatchSet(text, metadata_only=True)
     except UnidiffParseError as exc:  # pragma: no cover - _scan hands over well-formed text
         raise _not_unified(f"the patch is not a unified diff: {exc}") from exc
     if len(patch_set) != 1 or len(patch_set[0]) != len(bodies):  # pragma: no cover
         raise _not_unified("the patch must hold one file's hunks")
-    hunks: list[_Hunk] = []
+    hunks: list[Hunk] = []
     for number, (uhunk, body) in enumerate(zip(patch_set[0], bodies, strict=True), start=1):
         if _NO_NEWLINE in body:
             ops: list[tuple[str, str, bool]] = []
@@ -372,6 +385,8 @@ def _parse(patch: str) -> _Parsed:
                     ops[-1] = (ops[-1][0], ops[-1][1], True)
         else:
             ops = [(line[0], line[1:], False) for line in body]
+        if bom:
+            ops = [(k, t.removeprefix("\ufeff"), n) for k, t, n in ops]
         old = [text for kind, text, _ in ops if kind != "+"]
         prefix = 0
         while ops[prefix][0] == " ":
@@ -381,7 +396,9 @@ def _parse(patch: str) -> _Parsed:
             suffix += 1
         header = headers[number - 1]
         first = uhunk.source_start + (0 if old else 1)
-        hunks.append(_Hunk(number, header, first, old, tuple(ops), prefix, suffix))
+        hunks.append(
+            Hunk(number, header, first, old, tuple(ops), prefix, suffix, numbered[number - 1])
+        )
     source, target = files[0] if files else ("", "")
     return _Parsed(
         named=bool(files),
@@ -391,120 +408,92 @@ def _parse(patch: str) -> _Parsed:
     )
 
 
-def _matches(keys: list[str], pos: int, pattern: list[str]) -> bool:
-    return pos >= 1 and keys[pos - 1 : pos - 1 + len(pattern)] == pattern
-
-
-def _locate(hunk: _Hunk, keys: list[str], in_offset: int, frozen: int) -> int:
-    """Return the 1-based line where ``hunk`` matches, or 0; GNU ``locate_hunk`` at fuzz 0."""
-    lines = len(keys)
-    first_guess = hunk.first + in_offset
-    pat = len(hunk.old)
-    if not pat:
-        return first_guess
-    anchored_start = hunk.prefix < hunk.suffix
-    anchored_end = hunk.suffix < hunk.prefix
-    max_where = lines - pat + 1
-    min_where = frozen + 1
-    max_pos = max_where - first_guess
-    max_neg = first_guess - min_where
-    max_offset = max(max_pos, max_neg)
-    if first_guess <= max_neg:
-        max_neg = first_guess - 1
-    if anchored_start and hunk.first <= 1:
-        offset = 1 - first_guess
-        if frozen <= hunk.prefix and offset <= max_pos and _matches(keys, 1, hunk.old):
-            return 1
-        return 0
-    if anchored_end:
-        offset = first_guess - max_where
-        if offset <= max_neg and _matches(keys, max_where, hunk.old):
-            return max_where
-        return 0
-    if max_pos < 0:
-        min_offset = first_guess - max_where
-    elif max_neg < 0:
-        min_offset = first_guess - min_where
-    else:
-        min_offset = 0
-    for offset in range(min_offset, max_offset + 1):
-        if offset <= max_pos and _matches(keys, first_guess + offset, hunk.old):
-            return first_guess + offset
-        if offset <= max_neg and _matches(keys, first_guess - offset, hunk.old):
-            return first_guess - offset
-    return 0
-
-
-def _failure(hunk: _Hunk, keys: list[str], guess: int, path: str, why: str) -> PatchError:
-    expected: str | None = None
-    actual: str | None = None
-    line = max(guess, 1)
-    for n, want in enumerate(hunk.old):
-        have = keys[line - 1 + n] if 0 <= line - 1 + n < len(keys) else None
-        if have != want:
-            expected, actual, line = want, have, line + n
-            break
-    where = f"{path}: " if path else ""
-    message = f"{where}hunk #{hunk.number} ({hunk.header}) does not apply: {why}"
-    if expected is not None:
-        message += f"; at line {line} expected {_show(expected)} but the file has {_show(actual)}"
-    return PatchError(
-        message,
-        code="ERR_PATCH_APPLY_FAILED",
-        details={
-            "path": path,
-            "hunk": hunk.number,
-            "header": hunk.header,
-            "line": line,
-            "expected": expected,
-            "actual": actual,
-        },
-    )
-
-
 def _name_matches(name: str, path: str) -> bool:
     wanted = path.replace("\\", "/").lstrip("/")
     return name == wanted or (len(name) > 2 and name[1] == "/" and name[2:] == wanted)
 
 
-def apply_patch(original: str | bytes, patch: str, *, path: str | None = None) -> str:
-    """Apply a one-file unified diff to ``original`` exactly and return the new text.
+def apply_patch(
+    original: str | bytes,
+    patch: str,
+    *,
+    path: str | None = None,
+    tolerance: PatchTolerance = "exact",
+) -> str:
+    """Apply a one-file unified diff to ``original`` and return the new text.
 
     Args:
         original: The file's current text, or its bytes (decoded as strict UTF-8).
         patch: A unified diff for one file; ``---``/``+++`` headers are optional.
         path: When given, the file names in the headers must name this path.
+        tolerance: ``"exact"`` (GNU ``patch -F0`` placement), ``"whitespace"`` or
+            ``"loose"``; see :func:`apply_patch_detailed`.
 
     Returns:
         The patched text. Either every hunk applies or nothing is returned.
 
     Raises:
+        PatchError: as :func:`apply_patch_detailed`.
+        ConfigError: ``tolerance`` is not a level.
+    """
+    return apply_patch_detailed(original, patch, path=path, tolerance=tolerance).text
+
+
+def apply_patch_detailed(
+    original: str | bytes,
+    patch: str,
+    *,
+    path: str | None = None,
+    tolerance: PatchTolerance = "exact",
+) -> PatchResult:
+    """Apply a one-file unified diff and report where each hunk applied.
+
+    A hunk applies at its stated line (shifted by the previous hunk's offset) when
+    it matches there under ``tolerance``; otherwise it must match in exactly one
+    place it may go. ``"exact"`` compares lines as they are, ``"whitespace"`` also
+    ignores trailing whitespace and tabs against spaces in indentation, ``"loose"``
+    also re-indented blocks, Unicode punctuation, a wrong or missing context line
+    at a hunk's edge and missing ``@@`` line numbers.
+
+    Args:
+        original: The file's current text, or its bytes (decoded as strict UTF-8).
+        patch: A unified diff for one file; ``---``/``+++`` headers are optional.
+        path: When given, the file names in the headers must name this path.
+        tolerance: How sloppy a hunk's context may be.
+
+    Returns:
+        The patched text and one :class:`HunkPlacement` per hunk.
+
+    Raises:
         PatchError: ``ERR_PATCH_NOT_UNIFIED`` when the patch is not one file's unified
             hunks (prose, ed scripts, context diffs, binary, rename or mode headers,
-            several files, another file's name); ``ERR_PATCH_APPLY_FAILED`` when a
-            hunk's context matches nowhere it may go; ``ERR_NON_UTF8_FILE`` when
-            ``original`` is bytes that are not UTF-8.
+            several files, another file's name); ``ERR_PATCH_AMBIGUOUS`` when a hunk
+            does not match at its stated line and matches in several places (the
+            candidates are in ``details``); ``ERR_PATCH_APPLY_FAILED`` when a hunk's
+            context matches nowhere it may go (the closest region is in ``details``);
+            ``ERR_NON_UTF8_FILE`` when ``original`` is bytes that are not UTF-8.
+        ConfigError: ``tolerance`` is not a level.
     """
+    level = check_tolerance(tolerance)
     label = path or ""
     text = decode_text(original, path=label)
-    parsed = _parse(patch)
+    bom = text.startswith("\ufeff")
+    if bom:
+        text = text[1:]
+    parsed = _parse(patch.removeprefix("\ufeff"), loose=level == "loose", bom=bom)
     _check_target(parsed, text, path)
     output = _Output(_Lines(text))
+    placer = Placer(output.source.keys, level, label)
+    placements: list[HunkPlacement] = []
     in_offset = 0
     for hunk in parsed.hunks:
-        where = _locate(hunk, output.source.keys, in_offset, output.copied)
-        if where == 0:
-            raise _failure(
-                hunk,
-                output.source.keys,
-                hunk.first + in_offset,
-                label,
-                "its context matches nowhere it may go",
-            )
-        if where + hunk.prefix - 1 < output.copied:
-            raise _failure(hunk, output.source.keys, where, label, "it overlaps the previous hunk")
-        in_offset = where - hunk.first
-        output.apply(hunk, where)
+        placed, where, placement = placer.place(hunk, in_offset, output.copied)
+        if where + placed.prefix - 1 < output.copied:
+            raise placer.failure(hunk, where, "it overlaps the previous hunk")
+        if hunk.numbered:
+            in_offset = where - placed.first
+        output.apply(placed, where)
+        placements.append(placement)
     output.copy_to(len(output.source.raw) + 1)
     if parsed.target is None and output.lines:
         raise PatchError(
@@ -513,7 +502,8 @@ def apply_patch(original: str | bytes, patch: str, *, path: str | None = None) -
             code="ERR_PATCH_APPLY_FAILED",
             details={"path": label, "remaining": len(output.lines)},
         )
-    return output.text()
+    new = output.text()
+    return PatchResult(text="\ufeff" + new if bom and new else new, hunks=tuple(placements))
 
 
 def _check_target(parsed: _Parsed, text: str, path: str | None) -> None:
@@ -557,7 +547,7 @@ class _Output:
             self.lines.extend(raw[self.copied : upto])
         self.copied = max(self.copied, pos - 1)
 
-    def apply(self, hunk: _Hunk, where: int) -> None:
+    def apply(self, hunk: Hunk, where: int) -> None:
         """Apply ``hunk``'s operations with its first line at input line ``where``."""
         pos = where  # the input line the next operation refers to
         for kind, value, lacks_nl in hunk.ops:

@@ -21,7 +21,8 @@ from opsrun.errors import OpsrunError, PlanError
 from ._events import PlanEventSink, emit
 from ._fs import FileSystem, PathState, Tree
 from ._limits import PathPolicy, PlanLimits, Violation
-from ._patch import apply_patch, check_base_sha256, decode_text, replace_range
+from ._patch import apply_patch_detailed, check_base_sha256, decode_text, replace_range
+from ._patch_place import HunkPlacement, PatchTolerance, check_tolerance
 from ._plan import Action, ActionKind, Plan, canonical_order
 from ._validate import validate_plan
 
@@ -41,6 +42,16 @@ class DiffItem(BaseModel):
     diff: str = Field(
         description="Unified diff from the current to the new text ('' for directories)."
     )
+    hunks: tuple[HunkPlacement, ...] = Field(
+        default=(),
+        description="PATCH_FILE: where each hunk of the patch applied, the level that "
+        "matched it and its offset from the stated line.",
+    )
+
+    @property
+    def relocated(self) -> tuple[HunkPlacement, ...]:
+        """The hunks that moved from their stated line or needed more than an exact match."""
+        return tuple(h for h in self.hunks if h.relocated)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +63,7 @@ class Change:
     before: PathState
     after: PathState
     removed: tuple[tuple[str, PathState], ...] = ()  # DELETE_DIR: the subtree, parents first
+    hunks: tuple[HunkPlacement, ...] = ()  # PATCH_FILE: where each hunk applied
 
 
 def _fail(code: str, message: str, index: int, action: Action) -> PlanError:
@@ -62,17 +74,23 @@ def _fail(code: str, message: str, index: int, action: Action) -> PlanError:
     )
 
 
-def _text_edit(index: int, action: Action, before: PathState) -> bytes:
+def _text_edit(
+    index: int, action: Action, before: PathState, tolerance: PatchTolerance
+) -> tuple[bytes, tuple[HunkPlacement, ...]]:
     if before.kind != "file":
         raise _fail("ERR_TARGET_MISSING", "the file does not exist", index, action)
     data = before.data or b""
+    hunks: tuple[HunkPlacement, ...] = ()
     try:
         check_base_sha256(data, action.base_sha256, path=action.path)
         if action.kind is _K.UPDATE_FILE:
-            return (action.content or "").encode("utf-8")
+            return (action.content or "").encode("utf-8"), ()
         text = decode_text(data, path=action.path)
         if action.kind is _K.PATCH_FILE:
-            new = apply_patch(text, action.patch or "", path=action.path)
+            patched = apply_patch_detailed(
+                text, action.patch or "", path=action.path, tolerance=tolerance
+            )
+            new, hunks = patched.text, patched.hunks
         else:
             if action.start_line is None or action.end_line is None:
                 raise _fail(
@@ -87,11 +105,13 @@ def _text_edit(index: int, action: Action, before: PathState) -> bytes:
             code=exc.code,
             details={**exc.details, "action_index": index, "path": action.path},
         ) from exc
-    return new.encode("utf-8")
+    return new.encode("utf-8"), hunks
 
 
-def plan_changes(tree: Tree, plan: Plan) -> list[Change]:
+def plan_changes(tree: Tree, plan: Plan, *, tolerance: PatchTolerance = "exact") -> list[Change]:
     """Resolve every action of ``plan`` against ``tree`` in canonical order.
+
+    ``tolerance`` is how sloppy a PATCH_FILE hunk may be (see ``apply_patch``).
 
     Raises:
         PlanError: ``ERR_TARGET_MISSING``, ``ERR_TARGET_TYPE``, ``ERR_CREATE_EXISTS``,
@@ -104,16 +124,33 @@ def plan_changes(tree: Tree, plan: Plan) -> list[Change]:
     changes: list[Change] = []
     for index, action in canonical_order(plan):
         before = current.get(action.path) or tree.state(action.path)
-        after, removed = _resolve(tree, index, action, before)
+        if action.kind in (_K.UPDATE_FILE, _K.PATCH_FILE, _K.REPLACE_RANGE):
+            after, hunks = _edit(index, action, before, tolerance)
+            changes.append(Change(index, action, before, after, (), hunks))
+        else:
+            after, removed = _resolve(tree, index, action, before)
+            changes.append(Change(index, action, before, after, removed))
         current[action.path] = after
-        changes.append(Change(index, action, before, after, removed))
     return changes
+
+
+def _edit(
+    index: int, action: Action, before: PathState, tolerance: PatchTolerance
+) -> tuple[PathState, tuple[HunkPlacement, ...]]:
+    """Return the new state of a file an UPDATE_FILE, PATCH_FILE or REPLACE_RANGE edits."""
+    if action.kind is _K.UPDATE_FILE and action.content is None:
+        raise _fail("ERR_CONTENT_REQUIRED", "UPDATE_FILE needs content", index, action)
+    data, hunks = _text_edit(index, action, before, tolerance)
+    return PathState("file", before.mode, data), hunks
 
 
 def _resolve(
     tree: Tree, index: int, action: Action, before: PathState
 ) -> tuple[PathState, tuple[tuple[str, PathState], ...]]:
-    """Return the new state of the action's path and, for DELETE_DIR, the removed subtree."""
+    """Return the new state of the action's path and, for DELETE_DIR, the removed subtree.
+
+    Edits of a file's text are :func:`_edit`'s.
+    """
     kind = action.kind
     if kind is _K.CREATE_DIR:
         if before.kind == "file":
@@ -125,10 +162,6 @@ def _resolve(
         if before.kind != "none":
             raise _fail("ERR_CREATE_EXISTS", f"a {before.kind} already exists", index, action)
         return PathState("file", _NEW_FILE_MODE, action.content.encode("utf-8")), ()
-    if kind in (_K.UPDATE_FILE, _K.PATCH_FILE, _K.REPLACE_RANGE):
-        if kind is _K.UPDATE_FILE and action.content is None:
-            raise _fail("ERR_CONTENT_REQUIRED", "UPDATE_FILE needs content", index, action)
-        return PathState("file", before.mode, _text_edit(index, action, before)), ()
     if kind is _K.DELETE_FILE:
         if before.kind == "dir":
             raise _fail("ERR_TARGET_TYPE", "it is a directory", index, action)
@@ -199,24 +232,29 @@ def preview_plan(
     policy: PathPolicy | None = None,
     fs: FileSystem | None = None,
     events: PlanEventSink | None = None,
+    tolerance: PatchTolerance = "exact",
 ) -> list[DiffItem]:
     """Return one unified diff per path the plan touches, in apply order; write nothing.
 
     Emits ``PREVIEW_READY`` (paths and diff size) to ``events`` (default: stdlib
-    ``logging``) when the preview is complete.
+    ``logging``) when the preview is complete. ``tolerance`` is how sloppy a PATCH_FILE
+    hunk may be (``"exact"``, ``"whitespace"``, ``"loose"``; see ``apply_patch``); each
+    item's ``hunks`` say where the hunks applied.
 
     Raises:
         PlanError: the first violation's code (all in ``details["violations"]``) when
             the plan is invalid, or the codes of :func:`plan_changes`.
         PatchError: ``ERR_BASE_MISMATCH`` and the other patch codes.
         ApplyError: a path that crosses a link or leaves the root.
+        ConfigError: ``tolerance`` is not a level.
     """
+    check_tolerance(tolerance)
     blocking = validation_errors(plan, root, read_paths, limits, policy)
     if blocking:
         raise violations_error(PlanError, blocking)
     tree = Tree(fs or FileSystem(), root)
     try:
-        changes = plan_changes(tree, plan)
+        changes = plan_changes(tree, plan, tolerance=tolerance)
     finally:
         tree.close()
     items: list[DiffItem] = []
@@ -234,6 +272,7 @@ def preview_plan(
                 path=change.action.path,
                 kind=change.action.kind,
                 diff=_diff(change.action.path, change.before, change.after),
+                hunks=change.hunks,
             )
         )
     emit(events, "PREVIEW_READY", paths=len(items), diff_chars=sum(len(i.diff) for i in items))
