@@ -156,13 +156,18 @@ CASES: list[tuple[str, tuple[int, ...], dict[str, Any], dict[str, Any]]] = [
     ("ERR_TARGET_TYPE", BOTH, doc(act("DELETE_FILE", "docs")), {"root": 1}),
     ("ERR_TARGET_TYPE", BOTH, doc(act("DELETE_DIR", "app.py")), {"root": 1}),
     ("ERR_NON_UTF8_FILE", V2, doc(patch_action("data.bin", base_sha256=BIN_SHA)), {"root": 1}),
+    # A link on the path, inside the root or out of it, is refused as apply refuses it.
+    ("ERR_PATH_SYMLINK", BOTH, doc(act("CREATE_FILE", "out/x.py", content="")), {"root": 1}),
+    ("ERR_PATH_SYMLINK", BOTH, doc(act("DELETE_FILE", "loop")), {"root": 1}),
+    ("ERR_PATH_SYMLINK", BOTH, doc(act("DELETE_DIR", "linked")), {"root": 1}),
+    ("ERR_PATH_PROTECTED", BOTH, doc(act("DELETE_DIR", "vendored")), {"root": 1}),
+    ("ERR_TARGET_TYPE", BOTH, doc(act("DELETE_DIR", "pipes")), {"root": 1}),
     (
-        "ERR_PATH_ESCAPES_ROOT",
-        BOTH,
-        doc(act("CREATE_FILE", "out/x.py", content="")),
+        "ERR_FS_UNREADABLE",
+        V2,
+        doc(patch_action("huge.txt", base_sha256="0" * 64)),
         {"root": 1},
     ),
-    ("ERR_FS_UNREADABLE", BOTH, doc(act("DELETE_FILE", "loop")), {"root": 1}),
     (
         "ERR_CONTEXT_REQUEST_INVALID",
         BOTH,
@@ -247,6 +252,13 @@ def project(tmp_path: Path) -> Path:
     outside.mkdir()
     os.symlink(outside, root / "out")
     os.symlink(root / "loop", root / "loop")
+    (root / "linked").mkdir()
+    os.symlink(root / "app.py", root / "linked" / "to_app.py")  # a link inside the root
+    (root / "vendored" / ".git").mkdir(parents=True)
+    (root / "pipes").mkdir()
+    os.mkfifo(root / "pipes" / "fifo")
+    with open(root / "huge.txt", "wb") as huge:  # sparse: no disk space used
+        huge.truncate(65 * 1024 * 1024)
     return root
 
 

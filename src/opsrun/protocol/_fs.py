@@ -25,6 +25,7 @@ _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIR_FLAGS = os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC
 _RESERVED = frozenset({".git", ".opsrun"})
+_SETID = stat.S_ISUID | stat.S_ISGID
 _CHUNK = 1 << 20
 
 
@@ -71,6 +72,11 @@ class FileSystem:
         """``os.fchmod``."""
         self.before("fchmod")
         os.fchmod(fd, mode)
+
+    def fchown(self, fd: int, uid: int, gid: int) -> None:
+        """``os.fchown``."""
+        self.before("fchown")
+        os.fchown(fd, uid, gid)
 
     def lstat(self, name: str, *, dir_fd: int) -> os.stat_result | None:
         """``os.lstat`` relative to ``dir_fd``; ``None`` when nothing is there."""
@@ -126,6 +132,8 @@ class PathState:
     kind: Literal["none", "dir", "file"]
     mode: int = 0
     data: bytes | None = None
+    owner: tuple[int, int] | None = None
+    """``(uid, gid)`` of what is there, when known."""
 
 
 def _split(path: str) -> list[str]:
@@ -243,8 +251,9 @@ class Tree:
             mode = stat.S_IMODE(st.st_mode)
             if stat.S_ISLNK(st.st_mode):
                 raise _symlink(path, path)
+            owner = (st.st_uid, st.st_gid)
             if stat.S_ISDIR(st.st_mode):
-                return PathState("dir", mode)
+                return PathState("dir", mode, owner=owner)
             if not stat.S_ISREG(st.st_mode):
                 raise ApplyError(
                     f"{path!r} is neither a regular file nor a directory",
@@ -252,10 +261,10 @@ class Tree:
                     details={"path": path},
                 )
             if not read:
-                return PathState("file", mode)
+                return PathState("file", mode, owner=owner)
             file_fd = self.fs.open(leaf, os.O_RDONLY | _O_NOFOLLOW, dir_fd=fd)
             try:
-                return PathState("file", mode, self.fs.read(file_fd))
+                return PathState("file", mode, self.fs.read(file_fd), owner)
             finally:
                 self.fs.close(file_fd)
         finally:
@@ -270,12 +279,20 @@ class Tree:
         temp: str,
         journal: bool = False,
         sync_dir: bool = True,
+        keep_setid: bool = True,
+        owner: tuple[int, int] | None = None,
     ) -> None:
         """Replace ``path`` atomically: temp file in the same directory, fsync, rename, fsync.
 
         Missing parent directories are created. ``temp`` names the temporary file so
         that recovery can find and remove it after a crash. With ``sync_dir=False``
         the caller syncs the directory itself (see :meth:`sync_parent`).
+
+        A replaced file keeps its owner when the process may give it (it runs as root);
+        when it may not, the setuid and setgid bits are dropped, so a file never becomes
+        a set-id program of another owner. ``keep_setid=False`` drops them in any case
+        (modes restored from a journal). ``owner`` is the owner to give a file created
+        where nothing is (a deleted file restored by a rollback).
         """
         found = self.parent(path, create=True, journal=journal)
         assert found is not None  # create=True never reports a missing parent
@@ -293,6 +310,8 @@ class Tree:
             file_fd = self.fs.open(temp, flags, mode=0o600, dir_fd=fd)
             try:
                 self.fs.write(file_fd, data)
+                if not self._keep_owner(file_fd, current, owner) or not keep_setid:
+                    mode &= ~_SETID
                 self.fs.fchmod(file_fd, mode)
                 self.fs.fsync(file_fd)
             finally:
@@ -302,6 +321,19 @@ class Tree:
                 self.fs.fsync(fd)
         finally:
             self.fs.close(fd)
+
+    def _keep_owner(
+        self, fd: int, current: os.stat_result | None, owner: tuple[int, int] | None
+    ) -> bool:
+        """Give the new file the replaced file's owner; False when that is not allowed."""
+        wanted = (current.st_uid, current.st_gid) if current is not None else owner
+        if wanted is None or wanted == (os.geteuid(), os.getegid()):
+            return True
+        try:
+            self.fs.fchown(fd, *wanted)
+        except PermissionError:
+            return False
+        return True
 
     def sync_parent(self, path: str, *, journal: bool = False) -> None:
         """fsync the directory holding ``path``."""

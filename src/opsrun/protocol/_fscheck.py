@@ -1,8 +1,11 @@
 """Validation rules that look at the project directory (only when a root is given).
 
-Nothing here follows a symlink out of the root: every target is resolved with
-``os.path.realpath`` and must stay inside the resolved root, and directory walks
-use ``lstat`` semantics. No ``OSError`` escapes; problems become violations.
+Every look goes through the same door as the writes of :func:`apply_plan`: a directory
+descriptor walk from the root that never follows a link (:class:`Tree`). So validation
+refuses what apply refuses (a link anywhere on the path, a special file, ``.git`` or
+``.opsrun`` inside a directory to delete) with the same codes, and a link swapped in
+during the check cannot make it read outside the root. No ``OSError`` escapes; problems
+become violations.
 """
 
 from __future__ import annotations
@@ -10,15 +13,19 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
+
+from opsrun.errors import OpsrunError
 
 from ._content import is_sha256_hex
+from ._fs import FileSystem, Tree
 from ._limits import PathPolicy, Violation
-from ._paths import path_segments, protected_match
+from ._paths import protected_match
 from ._plan import Action, ActionKind
 
-__all__ = ["check_action_on_disk"]
+__all__ = ["check_action_on_disk", "check_journal_dir"]
 
 _MAX_READ_BYTES = 64 * 1024 * 1024
 _MAX_WALK_ENTRIES = 10_000
@@ -28,37 +35,13 @@ _Add = Callable[[str, str], None]
 
 @dataclass(frozen=True)
 class _Target:
-    real: str
-    st: os.stat_result | None  # None: nothing exists there
+    tree: Tree
+    path: str
+    kind: Literal["none", "dir", "file"]
 
-
-def _resolve(root: str, path: str) -> _Target | None:
-    """Return the resolved target, or ``None`` if it escapes the root."""
-    real_root = os.path.realpath(root)
-    joined = os.path.join(real_root, *[s for s in path_segments(path) if s])
-    real = os.path.realpath(joined)
-    if os.path.commonpath([real_root, real]) != real_root:
-        return None
-    try:
-        st: os.stat_result | None = os.stat(real)
-    except (FileNotFoundError, NotADirectoryError):
-        st = None
-    return _Target(real, st)
-
-
-def _walk_names(top: str) -> Iterator[str]:
-    """Yield paths (relative to ``top``) under a directory without following symlinks."""
-    stack = [("", top)]
-    seen = 0
-    while stack and seen < _MAX_WALK_ENTRIES:
-        rel, here = stack.pop()
-        with os.scandir(here) as entries:
-            for entry in entries:
-                seen += 1
-                child = f"{rel}/{entry.name}" if rel else entry.name
-                yield child
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append((child, entry.path))
+    @property
+    def exists(self) -> bool:
+        return self.kind != "none"
 
 
 def check_action_on_disk(
@@ -71,11 +54,12 @@ def check_action_on_disk(
 ) -> list[Violation]:
     """Check one lexically valid action against the directory ``root``.
 
-    Reports ERR_PATH_ESCAPES_ROOT, ERR_CREATE_EXISTS, ERR_V2_UPDATE_EXISTING_FORBIDDEN,
-    ERR_TARGET_MISSING, ERR_TARGET_TYPE, ERR_BASE_MISMATCH, ERR_NON_UTF8_FILE,
-    ERR_RANGE_INVALID (range past the end), ERR_PROTECTED_PATH (creating over a
-    protected file, deleting a directory holding one) and ERR_FS_UNREADABLE.
-    Never raises.
+    Reports ERR_PATH_SYMLINK (a link on the path, or inside a directory to delete),
+    ERR_PATH_PROTECTED (``.git`` / ``.opsrun`` on the path or inside a directory to
+    delete), ERR_CREATE_EXISTS, ERR_V2_UPDATE_EXISTING_FORBIDDEN, ERR_TARGET_MISSING,
+    ERR_TARGET_TYPE (also a special file), ERR_BASE_MISMATCH, ERR_NON_UTF8_FILE,
+    ERR_RANGE_INVALID (range past the end), ERR_PROTECTED_PATH (creating over a protected
+    file, deleting a directory holding one) and ERR_FS_UNREADABLE. Never raises.
     """
     out: list[Violation] = []
 
@@ -83,13 +67,19 @@ def check_action_on_disk(
         out.append(Violation(code=code, message=message, path=action.path, action_index=index))
 
     try:
-        target = _resolve(root, action.path)
-        if target is None:
-            add("ERR_PATH_ESCAPES_ROOT", "path resolves outside the root through a symlink")
-            return out
-        _check(target, action, version, policy, add)
+        tree = Tree(FileSystem(), root)
+    except OSError as exc:
+        add("ERR_FS_UNREADABLE", f"could not open the root: {exc.strerror or exc}")
+        return out
+    try:
+        state = tree.state(action.path, read=False)
+        _check(_Target(tree, action.path, state.kind), action, version, policy, add)
+    except OpsrunError as exc:
+        add(exc.code, exc.message)
     except OSError as exc:
         add("ERR_FS_UNREADABLE", f"could not inspect the path: {exc.strerror or exc}")
+    finally:
+        tree.close()
     return out
 
 
@@ -107,7 +97,7 @@ def _check(
         _check_create_dir(target, add)
     elif kind is ActionKind.DELETE_DIR:
         _check_delete_dir(target, policy, add)
-    elif kind is ActionKind.UPDATE_FILE and version == 2 and target.st is not None:
+    elif kind is ActionKind.UPDATE_FILE and version == 2 and target.exists:
         add(
             "ERR_V2_UPDATE_EXISTING_FORBIDDEN",
             "v2 forbids UPDATE_FILE on an existing file; use PATCH_FILE",
@@ -117,42 +107,48 @@ def _check(
         _check_existing_file(target, action, add)
 
 
-def _is_dir(st: os.stat_result | None) -> bool:
-    return st is not None and stat.S_ISDIR(st.st_mode)
-
-
 def _check_create_file(target: _Target, action: Action, policy: PathPolicy, add: _Add) -> None:
-    if target.st is not None:
+    if target.exists:
         add("ERR_CREATE_EXISTS", "CREATE_FILE over something that already exists")
         if protected_match(action.path, policy.protected) is not None:
             add("ERR_PROTECTED_PATH", "CREATE_FILE would overwrite a protected file")
 
 
 def _check_create_dir(target: _Target, add: _Add) -> None:
-    if target.st is not None and not _is_dir(target.st):
+    if target.kind == "file":
         add("ERR_CREATE_EXISTS", "CREATE_DIR where a file already exists")
 
 
 def _check_delete_dir(target: _Target, policy: PathPolicy, add: _Add) -> None:
-    if target.st is None:
+    if not target.exists:
         add("ERR_TARGET_MISSING", "DELETE_DIR of a directory that does not exist")
-    elif not _is_dir(target.st):
+        return
+    if target.kind != "dir":
         add("ERR_TARGET_TYPE", "DELETE_DIR of something that is not a directory")
-    else:
-        for name in _walk_names(target.real):
-            if protected_match(name, policy.protected) is not None:
-                add("ERR_PROTECTED_PATH", f"DELETE_DIR would delete protected {name!r}")
-                break
+        return
+    # What apply's snapshot walk meets: links, special files and .git/.opsrun raise.
+    pending = [target.path]
+    seen = 0
+    while pending and seen < _MAX_WALK_ENTRIES:
+        here = pending.pop()
+        for name in target.tree.listdir(here):
+            seen += 1
+            child = f"{here}/{name}"
+            relative = child[len(target.path) + 1 :]
+            if protected_match(relative, policy.protected) is not None:
+                add("ERR_PROTECTED_PATH", f"DELETE_DIR would delete protected {relative!r}")
+                return
+            if target.tree.state(child, read=False).kind == "dir":
+                pending.append(child)
 
 
 def _check_existing_file(target: _Target, action: Action, add: _Add) -> None:
     """The action needs a regular file there; read it when its hash or text matters."""
     kind = action.kind
-    st = target.st
-    if st is None:
+    if not target.exists:
         add("ERR_TARGET_MISSING", f"{kind.value} of a file that does not exist")
         return
-    if not stat.S_ISREG(st.st_mode):
+    if target.kind != "file":
         add("ERR_TARGET_TYPE", f"{kind.value} of something that is not a regular file")
         return
     if kind is ActionKind.DELETE_FILE:
@@ -161,11 +157,10 @@ def _check_existing_file(target: _Target, action: Action, add: _Add) -> None:
     base = action.base_sha256 if action.base_sha256 and is_sha256_hex(action.base_sha256) else None
     if not needs_text and base is None:
         return
-    if st.st_size > _MAX_READ_BYTES:
+    if _size(target) > _MAX_READ_BYTES:
         add("ERR_FS_UNREADABLE", "file is too large to check")
         return
-    with open(target.real, "rb") as handle:
-        data = handle.read()
+    data = target.tree.state(target.path).data or b""
     if base is not None:
         actual = hashlib.sha256(data).hexdigest()
         if actual != base.lower():
@@ -175,6 +170,19 @@ def _check_existing_file(target: _Target, action: Action, add: _Add) -> None:
             )
     if needs_text:
         _check_text(data, action, add)
+
+
+def _size(target: _Target) -> int:
+    """The file's size, looked up without following links."""
+    found = target.tree.parent(target.path)
+    if found is None:
+        return 0
+    fd, leaf = found
+    try:
+        st = target.tree.fs.lstat(leaf, dir_fd=fd)
+    finally:
+        target.tree.fs.close(fd)
+    return st.st_size if st is not None and stat.S_ISREG(st.st_mode) else 0
 
 
 def _eol_hint(data: bytes, base: str) -> str:
@@ -198,3 +206,23 @@ def _check_text(data: bytes, action: Action, add: _Add) -> None:
         lines = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
         if action.end_line > lines:
             add("ERR_RANGE_INVALID", f"end_line {action.end_line} is past the end ({lines} lines)")
+
+
+def check_journal_dir(root: str) -> list[Violation]:
+    """``.opsrun`` and its lock must not be links (apply would refuse to use them)."""
+    found: list[Violation] = []
+    for path in (".opsrun", ".opsrun/lock", ".opsrun/.gitignore"):
+        try:
+            st = os.lstat(os.path.join(root, path))
+        except OSError:
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            found.append(
+                Violation(
+                    code="ERR_PATH_SYMLINK",
+                    message=f"{path!r} is a symbolic link; the apply journal never follows links",
+                    path=path,
+                )
+            )
+            break
+    return found

@@ -17,6 +17,7 @@ in their name, so recovery can find and remove those a crash left behind.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -57,6 +58,7 @@ class _Entry(BaseModel):
     kind: Literal["none", "dir", "file"]
     mode: int = 0
     blob: str | None = None
+    owner: tuple[int, int] | None = None
 
 
 class _Manifest(BaseModel):
@@ -166,7 +168,16 @@ def lock(tree: Tree) -> int:
     dir_fd, leaf = found
     try:
         flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
-        fd = tree.fs.open(leaf, flags, mode=0o600, dir_fd=dir_fd)
+        try:
+            fd = tree.fs.open(leaf, flags, mode=0o600, dir_fd=dir_fd)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+            raise ApplyError(
+                f"{_LOCK!r} is a symbolic link; the journal never follows links",
+                code="ERR_PATH_SYMLINK",
+                details={"path": _LOCK},
+            ) from exc
     finally:
         tree.fs.close(dir_fd)
     try:
@@ -222,7 +233,9 @@ def begin(tree: Tree, states: dict[str, PathState], lock_fd: int) -> Journal:
                 temp=journal.temp_name(),
                 journal=True,
             )
-        entries.append(_Entry(path=path, kind=state.kind, mode=state.mode, blob=blob))
+        entries.append(
+            _Entry(path=path, kind=state.kind, mode=state.mode, blob=blob, owner=state.owner)
+        )
     journal.manifest = journal.manifest.model_copy(update={"entries": entries})
     journal.set_status("prepared")
     tree.write(_CURRENT, tx_id.encode(), 0o600, temp=journal.temp_name(), journal=True)
@@ -266,7 +279,14 @@ def rollback(journal: Journal, data: Callable[[_Entry], bytes] | None = None) ->
                 _remove_tree(tree, entry.path)
             elif now.kind == "file" and now.data == old and now.mode == entry.mode:
                 continue
-            tree.write(entry.path, old, entry.mode, temp=journal.temp_name())
+            tree.write(
+                entry.path,
+                old,
+                entry.mode,
+                temp=journal.temp_name(),
+                keep_setid=False,
+                owner=entry.owner,
+            )
 
 
 def _remove_tree(tree: Tree, path: str) -> None:

@@ -15,7 +15,7 @@ from ._content import (
     looks_like_unified_diff,
     utf8,
 )
-from ._fscheck import check_action_on_disk
+from ._fscheck import check_action_on_disk, check_journal_dir
 from ._limits import PathPolicy, PlanLimits, Violation
 from ._memory import check_memory_patch
 from ._paths import (
@@ -163,6 +163,8 @@ class _Run:
             )
         self._conflicts(lexically_ok)
         if self.root is not None:
+            if self.plan.actions:
+                self.out.extend(check_journal_dir(self.root))
             for index, action in enumerate(self.plan.actions):
                 if lexically_ok[index]:
                     self.out.extend(
