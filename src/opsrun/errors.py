@@ -28,7 +28,9 @@ The tree::
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
+
+from ._redact_rules import redact_builtin
 
 __all__ = [
     "ApplyError",
@@ -59,10 +61,32 @@ _MAX_DETAIL_ITEMS = 50
 _MAX_DETAIL_DEPTH = 4
 
 
-def _bound(value: Any, depth: int) -> Any:
+class _Redactor(Protocol):
+    """What bounding needs of an ``opsrun.redaction.Redactor`` (imported by it, not here)."""
+
+    def redact(self, text: str) -> str: ...
+
+    def redact_value(self, value: Any) -> Any: ...
+
+
+def _mask(text: str, redactor: _Redactor | None) -> str:
+    return redact_builtin(text) if redactor is None else redactor.redact(text)
+
+
+def _cut(text: str, limit: int, redactor: _Redactor | None) -> str:
+    """``text`` masked, then cut: a cut must never leave half a key the rules miss."""
+    if len(text) > limit:
+        text = _mask(text, redactor)
+    return text[:limit] if len(text) > limit else text
+
+
+def _bound(value: Any, depth: int, redactor: _Redactor | None, masked: bool) -> Any:
     if isinstance(value, str):
         if len(value) > _MAX_DETAIL_STR:
-            return value[:_MAX_DETAIL_STR] + f"…[+{len(value) - _MAX_DETAIL_STR} chars]"
+            if not masked:
+                value = _mask(value, redactor)
+            if len(value) > _MAX_DETAIL_STR:
+                return value[:_MAX_DETAIL_STR] + f"…[+{len(value) - _MAX_DETAIL_STR} chars]"
         return value
     if value is None or isinstance(value, bool | int | float):
         return value
@@ -70,33 +94,50 @@ def _bound(value: Any, depth: int) -> Any:
         return "…"
     if isinstance(value, Mapping):
         items = list(value.items())
-        out = {str(k): _bound(v, depth + 1) for k, v in items[:_MAX_DETAIL_ITEMS]}
+        out = {str(k): _bound(v, depth + 1, redactor, masked) for k, v in items[:_MAX_DETAIL_ITEMS]}
         if len(items) > _MAX_DETAIL_ITEMS:
             out["…"] = f"+{len(items) - _MAX_DETAIL_ITEMS} more"
         return out
     if isinstance(value, list | tuple | set | frozenset):
         seq = list(value)
-        bounded = [_bound(v, depth + 1) for v in seq[:_MAX_DETAIL_ITEMS]]
+        bounded = [_bound(v, depth + 1, redactor, masked) for v in seq[:_MAX_DETAIL_ITEMS]]
         if len(seq) > _MAX_DETAIL_ITEMS:
             bounded.append(f"…+{len(seq) - _MAX_DETAIL_ITEMS} more")
         return bounded
-    return _bound(repr(value), depth)
+    text = repr(value)
+    if redactor is not None:
+        text = redactor.redact(text)
+    return _bound(text, depth, redactor, masked or redactor is not None)
 
 
-def bound_text(text: str, limit: int = MAX_TEXT_CHARS) -> str:
-    """``text`` cut to ``limit`` characters: error messages and previews a run records."""
-    return text[:limit]
+def bound_text(text: str, limit: int = MAX_TEXT_CHARS, *, redactor: _Redactor | None = None) -> str:
+    """``text`` masked, then cut to ``limit`` characters: messages and previews a run records.
+
+    Masking comes first, so a cut cannot leave half a key that no rule recognises any
+    more. With ``redactor`` the whole text is masked; without one, a text longer than
+    ``limit`` is masked with the built-in rules before it is cut (a shorter one is
+    returned as it is, for the caller to mask).
+    """
+    if redactor is not None:
+        text = redactor.redact(text)
+    return _cut(text, limit, redactor)
 
 
-def bound_details(details: Mapping[str, Any] | None) -> dict[str, Any]:
+def bound_details(
+    details: Mapping[str, Any] | None, *, redactor: _Redactor | None = None
+) -> dict[str, Any]:
     """Return a JSON-safe copy of ``details`` with strings, lists and depth bounded.
 
     Strings are cut at 1024 characters, collections at 50 items, nesting at 4
     levels; anything that is not a JSON scalar or container becomes its ``repr``.
+    Masking comes before any cut: with ``redactor`` everything is masked first
+    (:meth:`~opsrun.redaction.Redactor.redact_value`, reprs too); without one, each
+    string longer than the bound is masked with the built-in rules before it is cut.
     """
     if not details:
         return {}
-    bounded = _bound(dict(details), 0)
+    source: Any = dict(details) if redactor is None else redactor.redact_value(dict(details))
+    bounded = _bound(source, 0, redactor, redactor is not None)
     assert isinstance(bounded, dict)
     return bounded
 

@@ -1,0 +1,460 @@
+"""The built-in secret rules: one expression per credential family, each linear-time.
+
+A rule is a compiled expression, the function that masks one match, and the lowercase
+literals one of which a text must contain for the rule to run at all (a substring test
+is much cheaper than a regex pass over clean text).
+
+Why every expression stays linear: a token rule is a literal family prefix followed by
+one repeated character class with nothing required after it (or a fixed count), so an
+attempt that fails has read at most the minimum length, and an attempt that succeeds is
+consumed by ``re.sub``, which resumes after it. Rules are therefore free to start
+anywhere — after a word (``keysk-proj-…``), after a JSON escape (``\\nsk-proj-…``) —
+and decide in Python, on the match alone, whether a key glued to a word is random
+enough to be one. The JWT rule, whose three segments would otherwise be retried from
+every ``eyJ`` of a long run, matches the whole dotted run once and splits it.
+Assignment-style rules start at the key name, read a bounded separator and one class
+of value characters.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Callable
+from typing import NamedTuple
+
+__all__ = [
+    "BUILTIN_RULES",
+    "ELLIPSIS",
+    "MASK",
+    "Rule",
+    "apply_rules",
+    "redact_builtin",
+    "redact_private_keys",
+]
+
+MASK = "[REDACTED]"
+"""What replaces a secret's body."""
+
+ELLIPSIS = "…"
+
+Replace = Callable[[re.Match[str]], str]
+
+
+class Rule(NamedTuple):
+    """One masking rule: ``pattern.sub(replace, text)`` when an anchor occurs."""
+
+    name: str
+    pattern: re.Pattern[str]
+    replace: Replace
+    anchors: tuple[str, ...] | None = None
+    """Lowercase literals, one of which must occur in the text; None: always run."""
+
+
+_WORD_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+
+
+def _glued(match: re.Match[str]) -> bool:
+    """Whether the match continues a word (``xsk-…``), not counting an escape (``\\n``)."""
+    text, start = match.string, match.start()
+    if start == 0 or text[start - 1] not in _WORD_CHARS:
+        return False
+    return not (start >= 2 and text[start - 2] == "\\" and text[start - 1] in "nrtbf")
+
+
+def _digit_and_letter(text: str) -> bool:
+    return any(c.isdigit() for c in text) and any(c.isalpha() for c in text)
+
+
+def _mixed_case(text: str) -> bool:
+    return any(c.isupper() for c in text) and any(c.islower() for c in text)
+
+
+def _random(text: str) -> bool:
+    """A digit, an upper- and a lower-case letter: what a random key body has."""
+    return any(c.isdigit() for c in text) and _mixed_case(text)
+
+
+def _always(text: str) -> bool:
+    return True
+
+
+def _never(text: str) -> bool:
+    return False
+
+
+def _token(
+    body_ok: Callable[[str], bool] = _always, glued_ok: Callable[[str], bool] = _always
+) -> Replace:
+    """Keep group ``prefix``, mask the rest — if the body looks like a key.
+
+    ``body_ok`` judges every match; ``glued_ok`` also judges a match glued to a word,
+    where a prose word is likelier than a key.
+    """
+
+    def replace(match: re.Match[str]) -> str:
+        body = match.group("body")
+        if not body_ok(body) or (_glued(match) and not glued_ok(body)):
+            return match.group(0)
+        return f"{match.group('prefix')}{ELLIPSIS}{MASK}"
+
+    return replace
+
+
+def _long_random(text: str) -> bool:
+    return len(text) >= 32 and _random(text)
+
+
+def mask_assignment(match: re.Match[str]) -> str:
+    """Keep ``prefix`` (key, separator, quote) and ``close``; mask the value."""
+    value = match.group("body")
+    # An already masked value stays as it is ("[REDACTED" stops short of its "]").
+    already = match.string.startswith(MASK, match.start("body"))
+    if already or MASK in value or not value.strip():
+        return match.group(0)
+    return f"{match.group('prefix')}{MASK}{match.group('close') or ''}"
+
+
+def _mask_bearer(match: re.Match[str]) -> str:
+    token = match.group("body")
+    # "Bearer tokens", "bearer authentication": words, not credentials.
+    if not any(c.isdigit() for c in token) and len(token) < 24:
+        return match.group(0)
+    return f"{match.group('prefix')}{ELLIPSIS}{MASK}"
+
+
+def _jwt_header(segment: str) -> bool:
+    """Whether ``segment`` (from ``eyJ``) decodes to a JWT header (``{"alg"…``)."""
+    head = segment[: min(len(segment), 64) // 4 * 4]
+    try:
+        decoded = base64.urlsafe_b64decode(head)
+    except (ValueError, binascii.Error):
+        return False
+    return b'"alg"' in decoded or b'"typ"' in decoded or b'"kid"' in decoded
+
+
+def _mask_jwts(match: re.Match[str]) -> str:
+    """Mask every ``eyJ….….…`` in one dotted run, in a single pass over its segments."""
+    segments = match.group(0).split(".")
+    start = match.start()
+    escaped = start > 0 and match.string[start - 1] == "\\"
+    out: list[str] = []
+    i = 0
+    while i < len(segments):
+        segment = segments[i]
+        at = segment.find("eyJ")
+        whole = (
+            at >= 0
+            and len(segment) - at >= 11
+            and i + 2 < len(segments)
+            and len(segments[i + 1]) >= 8
+            and len(segments[i + 2]) >= 8
+        )
+        # Glued to a word (not a JSON escape), it must really decode to a JWT header.
+        boundary = at == 0 or (at == 1 and i == 0 and escaped and segment[0] in "nrtbf")
+        if whole and (boundary or _jwt_header(segment[at:])):
+            out.append(f"{segment[:at]}eyJ{ELLIPSIS}{MASK}")
+            i += 3
+        else:
+            out.append(segment)
+            i += 1
+    return ".".join(out)
+
+
+def _mask_userinfo(match: re.Match[str]) -> str:
+    if MASK in match.group("body"):
+        return match.group(0)
+    return f"{match.group('prefix')}{MASK}"
+
+
+_T = r"[A-Za-z0-9_\-]"
+# After a token boundary or a JSON/repr escape (\n, \t, \r) — for words (bearer, cookie).
+_START = r"(?:(?<![A-Za-z0-9_\-])|(?<=\\[nrt]))"
+# A key's closing quote, or a value's opening one, escaped in double-encoded JSON (\").
+_Q = r"(?:\\{0,3}[\"'])?"
+_SEP = r"[ \t]{0,10}[:=][ \t]{0,10}"
+
+# Names that may end an identifier (DB_PASSWORD, OPENAI_API_KEY, AWS_SESSION_TOKEN); a
+# bare "token" may not, so that "max_token=100" and the like stay readable.
+_KEY_NAMES = (
+    r"(?:(?<![A-Za-z0-9\-])|(?<=\\[nrt]))(?:x[_-]api[_-]key|api[_-]?key|api[_-]?secret"
+    r"|access[_-]?token|refresh[_-]?token|auth[_-]?token|session[_-]?token|client[_-]?secret"
+    r"|secret[_-]?access[_-]?key|secret[_-]?key|secret|account[_-]?key"
+    r"|shared[_-]?access[_-]?key|password|passphrase|passwd|pwd)"
+    r"|(?:(?<![A-Za-z0-9_\-])|(?<=\\[nrt]))token"
+)
+# A quoted value runs to its own closing quote; a backslash inside it belongs to the
+# value unless it escapes that quote (double-encoded JSON: \"…\").
+_DQ_BODY = r"(?:[^\"\\\n]|\\(?!\\{0,3}\"))+"
+_SQ_BODY = r"(?:[^'\\\n]|\\(?!\\{0,3}'))+"
+_BARE_BODY = r"[^\s\"',;&<>)}\]\\]+"
+
+
+def _rule(name: str, pattern: str, replace: Replace, anchors: tuple[str, ...] | None) -> Rule:
+    return Rule(name, re.compile(pattern), replace, anchors)
+
+
+BUILTIN_RULES: tuple[Rule, ...] = (
+    # Families that share "sk-" come first, the most specific one first.
+    _rule(
+        "anthropic",
+        rf"(?P<prefix>sk-ant-)(?P<body>{_T}{{20,}})",
+        _token(_digit_and_letter),
+        ("sk-ant-",),
+    ),
+    _rule(
+        "openrouter",
+        r"(?P<prefix>sk-or-v1-)(?P<body>[0-9a-f]{32,})",
+        _token(),
+        ("sk-or-v1-",),
+    ),
+    _rule(
+        "openai-project",
+        rf"(?P<prefix>sk-(?:proj|svcacct|admin|None)-)(?P<body>{_T}{{20,}})",
+        _token(_digit_and_letter),
+        ("sk-proj-", "sk-svcacct-", "sk-admin-", "sk-none-"),
+    ),
+    _rule(
+        "openai-legacy",
+        r"(?P<prefix>sk-)(?P<body>[A-Za-z0-9]{20,})",
+        _token(_digit_and_letter, _long_random),
+        ("sk-",),
+    ),
+    _rule("xai", r"(?P<prefix>xai-)(?P<body>[A-Za-z0-9]{40,})", _token(_random), ("xai-",)),
+    _rule(
+        "stripe",
+        r"(?P<prefix>(?:sk|rk|pk)_(?:live|test)_|whsec_)(?P<body>[A-Za-z0-9]{16,})",
+        _token(),
+        ("_live_", "_test_", "whsec_"),
+    ),
+    _rule(
+        "github",
+        r"(?P<prefix>gh[pousr]_)(?P<body>[A-Za-z0-9]{36,})",
+        _token(),
+        ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
+    ),
+    _rule(
+        "github-fine-grained",
+        r"(?P<prefix>github_pat_)(?P<body>[A-Za-z0-9_]{22,})",
+        _token(),
+        ("github_pat_",),
+    ),
+    _rule(
+        "gitlab",
+        rf"(?P<prefix>gl(?:pat|dt|rt|ptt)-)(?P<body>{_T}{{20,}})",
+        _token(_digit_and_letter),
+        ("glpat-", "gldt-", "glrt-", "glptt-"),
+    ),
+    _rule(
+        "slack",
+        r"(?P<prefix>xox[abpres]-|xapp-)(?P<body>[A-Za-z0-9\-]{10,})",
+        _token(),
+        ("xox", "xapp-"),
+    ),
+    _rule(
+        "slack-webhook",
+        r"(?P<prefix>hooks\.slack\.com/(?:services|workflows|triggers)/)"
+        r"(?P<body>[A-Za-z0-9_/\-]{8,})",
+        _token(),
+        ("hooks.slack.com/",),
+    ),
+    _rule("google-api-key", rf"(?P<prefix>AIza)(?P<body>{_T}{{35}})", _token(), ("aiza",)),
+    _rule(
+        "google-oauth-token",
+        rf"(?P<prefix>ya29\.)(?P<body>{_T}{{20,}})",
+        _token(_digit_and_letter),
+        ("ya29.",),
+    ),
+    _rule(
+        "google-client-secret",
+        rf"(?P<prefix>GOCSPX-)(?P<body>{_T}{{20,}})",
+        _token(),
+        ("gocspx-",),
+    ),
+    _rule(
+        "aws-access-key-id",
+        r"(?P<prefix>AKIA|ASIA|ABIA|ACCA)(?P<body>[A-Z0-9]{16})(?![A-Za-z0-9])",
+        _token(),
+        ("akia", "asia", "abia", "acca"),
+    ),
+    _rule(
+        "huggingface",
+        r"(?P<prefix>hf_)(?P<body>[A-Za-z0-9]{30,})",
+        _token(_mixed_case),
+        ("hf_",),
+    ),
+    _rule(
+        "sendgrid",
+        rf"(?P<prefix>SG\.)(?P<body>{_T}{{22}}\.{_T}{{43}})",
+        _token(),
+        ("sg.",),
+    ),
+    _rule("npm", r"(?P<prefix>npm_)(?P<body>[A-Za-z0-9]{36,})", _token(_random), ("npm_",)),
+    _rule("pypi", rf"(?P<prefix>pypi-)(?P<body>AgE{_T}{{50,}})", _token(), ("pypi-age",)),
+    _rule("groq", r"(?P<prefix>gsk_)(?P<body>[A-Za-z0-9]{40,})", _token(_random), ("gsk_",)),
+    _rule(
+        "replicate",
+        r"(?P<prefix>r8_)(?P<body>[A-Za-z0-9]{30,})",
+        _token(_digit_and_letter, _random),
+        ("r8_",),
+    ),
+    _rule(
+        "digitalocean",
+        r"(?P<prefix>do[opr]_v1_)(?P<body>[a-f0-9]{64})",
+        _token(),
+        ("dop_v1_", "doo_v1_", "dor_v1_"),
+    ),
+    _rule(
+        "shopify",
+        r"(?P<prefix>shp(?:at|ca|pa|ss)_)(?P<body>[a-fA-F0-9]{32})",
+        _token(),
+        ("shpat_", "shpca_", "shppa_", "shpss_"),
+    ),
+    _rule(
+        "twilio-api-key",
+        r"(?P<prefix>SK)(?P<body>[0-9a-f]{32})(?![A-Za-z0-9])",
+        _token(_digit_and_letter, _never),
+        ("sk",),
+    ),
+    _rule(
+        "twilio-auth-token",
+        r"(?P<prefix>AC[0-9a-f]{32}:)(?P<body>[0-9a-f]{32})(?![A-Za-z0-9])",
+        _token(),
+        ("ac",),
+    ),
+    _rule(
+        "telegram-bot-token",
+        r"(?<![0-9])(?P<prefix>[0-9]{8,10}:)(?P<body>AA[A-Za-z0-9_\-]{33})(?![A-Za-z0-9_\-])",
+        _token(),
+        (":aa",),
+    ),
+    _rule(
+        "databricks",
+        r"(?P<prefix>dapi)(?P<body>[a-f0-9]{32}(?:-[0-9])?)",
+        _token(_digit_and_letter),
+        ("dapi",),
+    ),
+    _rule(
+        "jwt",
+        r"(?<![A-Za-z0-9_\-])[A-Za-z0-9_\-]*eyJ[A-Za-z0-9_.\-]*",
+        _mask_jwts,
+        ("eyj",),
+    ),
+    _rule(
+        "url-credentials",
+        r"(?i)(?<![a-z0-9+.\-])(?P<prefix>[a-z][a-z0-9+.\-]{0,30}://[^\s:/?#@\"'<>\\]{0,256}:)"
+        r"(?P<body>[^\s/?#\"'<>\\]{1,512})(?=@)",
+        _mask_userinfo,
+        ("://",),
+    ),
+    _rule(
+        "azure-sas-signature",
+        r"(?<![A-Za-z0-9_\-])(?P<prefix>sig=)(?P<body>[A-Za-z0-9%+/=]{16,})(?P<close>)",
+        mask_assignment,
+        ("sig=",),
+    ),
+    _rule(
+        "aws-secret-access-key",
+        rf"(?i)(?P<prefix>aws_secret_access_key{_Q}{_SEP}{_Q})"
+        r"(?P<body>[A-Za-z0-9/+=]{40})(?P<close>)(?![A-Za-z0-9/+=])",
+        mask_assignment,
+        ("aws_secret_access_key",),
+    ),
+    _rule(
+        "basic-auth",
+        rf"(?i)(?P<prefix>authorization{_Q}{_SEP}{_Q}basic[ \t]{{1,10}})"
+        r"(?P<body>[A-Za-z0-9+/=._~\-]{4,})(?P<close>)",
+        mask_assignment,
+        ("basic",),
+    ),
+    _rule(
+        "bearer",
+        r"(?i)(?:(?<![A-Za-z0-9])|(?<=\\[nrt]))(?P<prefix>bearer[ \t]{1,10})"
+        r"(?P<body>[A-Za-z0-9._~+/=\-]{8,})",
+        _mask_bearer,
+        ("bearer",),
+    ),
+    _rule(
+        "netrc",
+        rf"(?i){_START}(?P<prefix>(?:machine(?:[ \t]|\\t){{1,16}}[^\s\\\"']{{1,256}}|default)"
+        r"(?:(?:[ \t\r\n]|\\[nrt]){1,16}(?:login|account|port)(?:[ \t]|\\t){1,16}"
+        r"[^\s\\\"']{1,256}){0,4}(?:[ \t\r\n]|\\[nrt]){1,16}password(?:[ \t]|\\t){1,16})"
+        r"(?P<body>[^\s\\\"']+)(?P<close>)",
+        mask_assignment,
+        ("machine", "default"),
+    ),
+    _rule(
+        "cookie",
+        rf"(?i){_START}(?P<prefix>(?:set-)?cookie{_Q}[ \t]{{0,10}}:[ \t]{{0,10}}{_Q})"
+        r"(?P<body>[^\s=;,\"'\\]{1,256}=[^\r\n\"'\\]*)(?P<close>)",
+        mask_assignment,
+        ("cookie",),
+    ),
+    _rule(
+        "passphrase",
+        # A passphrase is words: the value runs to the end of the line (or its quote).
+        r"(?i)(?:(?<![A-Za-z0-9\-])|(?<=\\[nrt]))"
+        rf"(?P<prefix>passphrase{_Q}{_SEP}{_Q})(?P<body>[^\r\n\"'\\]+)(?P<close>)",
+        mask_assignment,
+        ("passphrase",),
+    ),
+    _rule(
+        "assignment",
+        rf"(?i)(?P<prefix>(?:{_KEY_NAMES}){_Q}{_SEP}(?:\\{{0,3}}(?:(?P<dq>\")|(?P<sq>')))?)"
+        rf"(?P<body>(?(dq){_DQ_BODY}|(?(sq){_SQ_BODY}|{_BARE_BODY})))"
+        r"(?P<close>\\{0,3}[\"']|)",
+        mask_assignment,
+        ("key", "secret", "token", "pass", "pwd"),
+    ),
+)
+"""Token families first (their masks keep a prefix), then the assignment-style rules,
+which leave a value already masked by a token rule alone."""
+
+_PRIVATE_BEGIN = re.compile(
+    r"-----BEGIN (?P<label>[A-Z0-9]{1,20}(?: [A-Z0-9]{1,20}){0,3} )?PRIVATE KEY(?: BLOCK)?-----"
+)
+_PRIVATE_END = re.compile(r"-----END (?:[A-Z0-9]{1,20} ){0,4}PRIVATE KEY(?: BLOCK)?-----")
+# The base64 body, armor headers (PGP "Version: …") and escaped newlines (JSON "\n").
+_PRIVATE_BODY = re.compile(r"[A-Za-z0-9+/=:,.\-\\ \t\r\n]*")
+
+
+def redact_private_keys(text: str) -> str:
+    """Mask private key blocks (PEM, OpenSSH, PGP); linear, because END is searched at
+    most once per gap."""
+    if "PRIVATE KEY" not in text:
+        return text
+    out: list[str] = []
+    pos = 0
+    no_end_after = len(text) + 1  # an END search that failed from here on fails again
+    for begin in _PRIVATE_BEGIN.finditer(text):
+        if begin.start() < pos:
+            continue
+        out.append(text[pos : begin.start()])
+        header = begin.group(0)
+        end = _PRIVATE_END.search(text, begin.end()) if begin.end() < no_end_after else None
+        if end is None:
+            no_end_after = begin.end()
+            body = _PRIVATE_BODY.match(text, begin.end())
+            pos = body.end() if body else begin.end()
+        else:
+            pos = end.end()
+        out.append(f"{header}{ELLIPSIS}{MASK}")
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def apply_rules(text: str, rules: tuple[Rule, ...]) -> str:
+    """``text`` with each rule applied in turn (a rule whose anchors are absent is skipped)."""
+    lowered = text.lower()
+    for rule in rules:
+        # A substring test is far cheaper than a regex pass over clean text.
+        if rule.anchors is not None and not any(a in lowered for a in rule.anchors):
+            continue
+        text = rule.pattern.sub(rule.replace, text)
+    return text
+
+
+def redact_builtin(text: str) -> str:
+    """``text`` masked with the built-in rules alone (``DEFAULT_REDACTOR.redact``)."""
+    return apply_rules(redact_private_keys(text), BUILTIN_RULES)
