@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
 from jsonschema.exceptions import best_match
 from pydantic import ValidationError as PydanticValidationError
 
 from opsrun.errors import PlanError
 
-from ._jsonsafe import candidate_spans, is_hostile, loads_strict_json
+from ._fastschema import matches_schema
+from ._jsonsafe import (
+    candidate_spans,
+    is_control_character_error,
+    is_hostile,
+    loads_strict_json,
+)
 from ._limits import PlanLimits
 from ._plan import Action, ContextRequest, Plan
 from ._schemas import _check_version, validator_for
@@ -36,8 +42,12 @@ def json_pointer(parts: Iterable[str | int]) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
-def _schema_error(version: int, value: Any) -> PlanError | None:
-    validator = validator_for(_check_version(version), value)
+def _schema_error(version: Literal[1, 2], value: Any) -> PlanError | None:
+    # The hand-written check answers for valid plans; jsonschema is asked only to
+    # describe a failure, so messages and pointers are the schema's own.
+    if matches_schema(version, value):
+        return None
+    validator = validator_for(version, value)
     error = best_match(validator.iter_errors(value))
     if error is None:
         return None
@@ -79,8 +89,9 @@ def _drop_nulls(item: dict[str, Any]) -> dict[str, Any]:
 def plan_from_json(value: Any, *, version: int) -> Plan:
     """Build a :class:`Plan` from an already-decoded JSON value.
 
-    The value is checked against the canonical schema of ``version`` first; v1
-    arrays and ``proposed_changes.actions`` objects are normalised.
+    The value is checked against the canonical schema of ``version`` first (by a
+    hand-written check with the same verdict; ``jsonschema`` describes the
+    failures); v1 arrays and ``proposed_changes.actions`` objects are normalised.
 
     Raises:
         PlanError: ``ERR_SCHEMA`` (with the JSON pointer of the most relevant
@@ -136,7 +147,10 @@ def parse_plan(
     candidates are tried in order — the whole text, line-anchored fenced blocks
     tagged ``json`` (any case, three or more backticks), other fenced blocks, then
     the JSON value at each of the first few ``{`` / ``[`` — and the first that
-    decodes and matches the schema wins.
+    decodes and matches the schema wins. A candidate whose only fault is raw
+    control characters (newlines, tabs) inside strings is decoded again with them
+    escaped, and wins if the result matches the schema; the plan then lists the
+    repair in :attr:`Plan.repairs`. Strict mode never repairs.
 
     Args:
         text: The answer; bytes must be UTF-8.
@@ -148,8 +162,9 @@ def parse_plan(
     Raises:
         PlanError: ``ERR_INPUT_TOO_LARGE``, ``ERR_INVALID_JSON`` (not JSON, too
             deep, over-long numbers, NaN/Infinity, duplicate keys, lone
-            surrogates, bad UTF-8), ``ERR_SCHEMA`` or ``ERR_UNKNOWN_VERSION``.
-            Nothing else escapes.
+            surrogates, bad UTF-8, a raw control character inside a string, with
+            ``line`` and ``column`` in ``details``), ``ERR_SCHEMA`` or
+            ``ERR_UNKNOWN_VERSION``. Nothing else escapes.
     """
     lim = limits or _DEFAULT_LIMITS
     v = _check_version(version)
@@ -168,7 +183,8 @@ def parse_plan(
     if len(text) > lim.max_input_bytes:
         raise _too_large(len(text), lim)
     try:
-        size = len(text.encode("utf-8"))
+        # ASCII text (the common case) is its own UTF-8 and holds no surrogate.
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
     except UnicodeEncodeError as exc:
         raise PlanError(
             "answer contains a lone UTF-16 surrogate",
@@ -191,31 +207,63 @@ def _too_large(size: int, lim: PlanLimits) -> PlanError:
     )
 
 
-def _parse_strict(text: str, version: int, lim: PlanLimits) -> Plan:
+def _parse_strict(text: str, version: Literal[1, 2], lim: PlanLimits) -> Plan:
     return plan_from_json(loads_strict_json(text, lim), version=version)
 
 
-def _parse_best_effort(text: str, version: int, lim: PlanLimits) -> Plan:
+def _repair_note(error: PlanError) -> str:
+    details = error.details
+    return (
+        f"escaped raw control characters inside JSON strings (the first, "
+        f"{details['control_character']}, at line {details['line']}, column {details['column']})"
+    )
+
+
+def _parse_best_effort(text: str, version: Literal[1, 2], lim: PlanLimits) -> Plan:
+    # Plain syntax errors are expected (prose around the JSON) and reported only
+    # when nothing better is known. A schema error, or a raw control character
+    # inside a string (the JSON was real but broken), is reported in preference,
+    # the first one in candidate order: fragments found after a broken candidate
+    # must not hide why it broke.
     first_json_error: PlanError | None = None
-    first_schema_error: PlanError | None = None
-    for where, value in candidate_spans(text, lim):
+    first_error: PlanError | None = None
+    for candidate in candidate_spans(text, lim, repair=True):
+        where, value = candidate.where, candidate.value
         if isinstance(value, PlanError):
             if is_hostile(value):
                 raise value
-            first_json_error = first_json_error or value
+            if is_control_character_error(value):
+                first_error = first_error or _no_plan(value, where)
+            else:
+                first_json_error = first_json_error or value
             continue
         try:
-            return plan_from_json(value, version=version)
+            plan = plan_from_json(value, version=version)
         except PlanError as exc:
-            if first_schema_error is None:
-                exc.details["found_in"] = where
-                first_schema_error = exc
-    if first_schema_error is not None:
-        raise first_schema_error
+            if first_error is None:
+                if candidate.repaired_from is not None:
+                    first_error = _no_plan(candidate.repaired_from, where)
+                    first_error.details["after_repair"] = exc.message
+                else:
+                    exc.details["found_in"] = where
+                    first_error = exc
+            continue
+        if candidate.repaired_from is not None:
+            plan = plan.model_copy(update={"repairs": (_repair_note(candidate.repaired_from),)})
+        return plan
+    if first_error is not None:
+        raise first_error
     if first_json_error is not None:
-        raise PlanError(
-            f"no JSON plan found in the answer: {first_json_error.message}",
-            code="ERR_INVALID_JSON",
-            details=first_json_error.details,
-        )
+        raise _no_plan(first_json_error, None)
     raise PlanError("no JSON plan found in the answer", code="ERR_INVALID_JSON")
+
+
+def _no_plan(error: PlanError, where: str | None) -> PlanError:
+    details = dict(error.details)
+    if where is not None:
+        details["found_in"] = where
+    return PlanError(
+        f"no JSON plan found in the answer: {error.message}",
+        code="ERR_INVALID_JSON",
+        details=details,
+    )

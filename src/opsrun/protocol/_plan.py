@@ -117,6 +117,12 @@ class Plan(BaseModel):
     memory_patch: dict[str, Any] | None = Field(
         default=None, description="Dotted preference keys to update (see memory_patch rules)."
     )
+    repairs: tuple[str, ...] = Field(
+        default=(),
+        description="Fixes best-effort parsing made to the answer's JSON before it matched "
+        "the schema (raw control characters escaped inside strings); empty when the JSON "
+        "was taken as written.",
+    )
 
 
 _GROUP: dict[ActionKind, int] = {
