@@ -267,37 +267,20 @@ class Placer:
             return hunk, guess, self._placement(hunk, guess, _RUNGS[0])
         stated = guess if hunk.numbered else None
         lo = frozen + 1
-        if stated is not None:
-            done = self._at_stated(hunk, stated, lo)
-            if done is not None:
-                return done
-        return self._search(hunk, stated, lo)
-
-    def _at_stated(
-        self, hunk: Hunk, stated: int, lo: int
-    ) -> tuple[Hunk, int, HunkPlacement] | None:
-        """The hunk placed at its stated line under the strictest rung that matches there."""
         for rung in self.rungs:
             part = _trim(hunk, rung.drop)
             if part is None:
                 continue
-            pos = stated + rung.drop[0]
-            if pos in self._allowed(part, rung, lo, pos):
-                tab = self._fits([rung.key(s) for s in part.old], part, rung, pos)
-                if tab is not None:
-                    return self._done(hunk, part, pos, rung, tab)
-        return None
-
-    def _search(self, hunk: Hunk, stated: int | None, lo: int) -> tuple[Hunk, int, HunkPlacement]:
-        """The hunk's only match under the strictest rung that matches anywhere."""
-        for rung in self.rungs:
-            part = _trim(hunk, rung.drop)
-            if part is None:
-                continue
-            found: list[tuple[int, int]] = []
             pattern = [rung.key(s) for s in part.old]
-            guess = None if stated is None else stated + rung.drop[0]
-            for pos in self._starts(pattern, part, rung, lo, guess):
+            # A hunk cut short at its edges has lost what pins it to its stated line.
+            at = None if stated is None or rung.drop != (0, 0) else stated
+            if at is not None and at in self._allowed(part, rung, lo, at):
+                fit = self._fits(pattern, part, rung, at)
+                if fit is not None:
+                    return self._done(hunk, part, at, rung, fit)
+            near = None if stated is None else stated + rung.drop[0]
+            found: list[tuple[int, int]] = []
+            for pos in self._starts(pattern, part, rung, lo, near):
                 tab = self._fits(pattern, part, rung, pos)
                 if tab is not None:
                     found.append((pos, tab))
@@ -350,7 +333,7 @@ class Placer:
         self, hunk: Hunk, part: Hunk, pos: int, rung: _Rung, tab: int
     ) -> tuple[Hunk, int, HunkPlacement]:
         if rung.indent != "same":
-            part = self._reindent(part, pos, tab)
+            part = self._reindent(hunk, part, pos, tab)
         return part, pos, self._placement(hunk, pos - rung.drop[0], rung)
 
     def _placement(self, hunk: Hunk, line: int, rung: _Rung) -> HunkPlacement:
@@ -371,7 +354,7 @@ class Placer:
             rule=rung.rule,
         )
 
-    def _reindent(self, part: Hunk, pos: int, tab: int) -> Hunk:
+    def _reindent(self, hunk: Hunk, part: Hunk, pos: int, tab: int) -> Hunk:
         """Give the added lines the file's indentation, relative to the nearest matched line."""
         refs: list[tuple[str, str] | None] = []
         at = pos - 1
@@ -379,7 +362,7 @@ class Placer:
             if kind == "+":
                 refs.append(None)
             else:
-                refs.append((text, self.lines[at]) if text.strip() else None)
+                refs.append((_indent(text), _indent(self.lines[at])) if text.strip() else None)
                 at += 1
         ops = list(part.ops)
         for i, (kind, text, lacks_nl) in enumerate(part.ops):
@@ -388,11 +371,20 @@ class Placer:
             if not text.strip():
                 ops[i] = (kind, "", lacks_nl)
                 continue
-            ref = next((r for r in reversed(refs[:i]) if r is not None), None)
-            ref = ref or next((r for r in refs[i + 1 :] if r is not None), None)
+            before = next((r for r in reversed(refs[:i]) if r is not None), None)
+            after = next((r for r in refs[i + 1 :] if r is not None), None)
+            shifts = {_width(r[1], tab) - _width(r[0], tab) for r in (before, after) if r}
+            ref = before or after
             if ref is None:
                 continue
-            mine, theirs, added = _indent(ref[0]), _indent(ref[1]), _indent(text)
+            if len(shifts) > 1:
+                raise self.failure(
+                    hunk,
+                    pos,
+                    f"the lines around its added line {text.strip()[:60]!r} are re-indented "
+                    "by different amounts, so its indentation in the file is unknown",
+                )
+            mine, theirs, added = ref[0], ref[1], _indent(text)
             tabs = "\t" in theirs if theirs else self.file_uses_tabs()
             if mine == theirs and ("\t" in added) == tabs:
                 continue
