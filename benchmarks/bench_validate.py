@@ -114,7 +114,7 @@ def make_realistic_answer(actions: int = 50) -> str:
                 {
                     "kind": "CREATE_FILE",
                     "path": f"src/app/feature_{i - slot}/part_{i}.py",
-                    "content": make_content(i, 2200),
+                    "content": make_content(i, 2500),
                 }
             )
         elif slot in (4, 5, 6):
@@ -133,7 +133,7 @@ def make_realistic_answer(actions: int = 50) -> str:
                     "path": f"src/app/model_{i}.py",
                     "start_line": 12,
                     "end_line": 30,
-                    "content": make_content(i, 900),
+                    "content": make_content(i, 1100),
                     "base_sha256": _sha(f"model {i}"),
                 }
             )
@@ -142,7 +142,7 @@ def make_realistic_answer(actions: int = 50) -> str:
                 {
                     "kind": "UPDATE_FILE",
                     "path": f"tests/test_feature_{i}.py",
-                    "content": make_content(i, 1700),
+                    "content": make_content(i, 2000),
                     "base_sha256": _sha(f"test {i}"),
                 }
             )

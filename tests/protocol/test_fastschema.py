@@ -281,3 +281,15 @@ def test_integral_floats_are_integers_and_booleans_are_not() -> None:
     with pytest.raises(PlanError) as caught:
         plan_from_json({"actions": [{**base, "start_line": True}]}, version=2)
     assert caught.value.details["pointer"] == "/actions/0/start_line"
+
+
+def test_what_the_models_refuse_beyond_the_schema_is_still_reported() -> None:
+    # 1e300 is an integer to JSON Schema, but too large for the model's int.
+    action = {"kind": "REPLACE_RANGE", "path": "a", "content": "x", "base_sha256": "0" * 64}
+    value = {"actions": [{**action, "start_line": 1e300, "end_line": 3}]}
+    assert matches_schema(2, value)
+    with pytest.raises(PlanError) as caught:
+        plan_from_json(value, version=2)
+    assert caught.value.code == "ERR_SCHEMA"
+    assert caught.value.details["pointer"] == "/start_line"
+    assert "plan model" in caught.value.message

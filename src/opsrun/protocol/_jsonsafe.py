@@ -114,12 +114,15 @@ def _string_end(text: str, pos: int) -> int:
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
+    out = dict(pairs)
+    if len(out) == len(pairs):
+        return out
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
             raise _invalid(f"duplicate object key {key!r}", key=key)
-        out[key] = value
-    return out
+        seen.add(key)
+    return out  # pragma: no cover - unequal lengths mean a duplicate
 
 
 def _no_constant(name: str) -> Any:

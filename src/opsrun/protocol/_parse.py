@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import Any, Literal
 
 from jsonschema.exceptions import best_match
+from pydantic import TypeAdapter
 from pydantic import ValidationError as PydanticValidationError
 
 from opsrun.errors import PlanError
@@ -24,6 +25,7 @@ from ._schemas import _check_version, validator_for
 __all__ = ["json_pointer", "normalize_eol", "parse_plan", "plan_from_json"]
 
 _DEFAULT_LIMITS = PlanLimits()
+_PLAN_ADAPTER = TypeAdapter(Plan)
 
 
 def normalize_eol(text: str) -> str:
@@ -102,6 +104,23 @@ def plan_from_json(value: Any, *, version: int) -> Plan:
     if error is not None:
         raise error
     raw_actions, obj = _actions_of(value)
+    try:
+        # One pass through pydantic for the whole plan; the schema has checked the
+        # shapes, so this fails only on what the models refuse beyond it, and the
+        # item-by-item path below then names the first such value.
+        return _PLAN_ADAPTER.validate_python(
+            {"version": v, "actions": raw_actions}
+            if obj is None
+            else {
+                "version": v,
+                "actions": raw_actions,
+                "summary": obj.get("summary"),
+                "context_requests": obj.get("context_requests") or (),
+                "memory_patch": obj.get("memory_patch"),
+            }
+        )
+    except PydanticValidationError:
+        pass
     try:
         actions = tuple(Action.model_validate(_drop_nulls(a)) for a in raw_actions)
         if obj is None:
