@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from ..model import (
     AppendAfterLastUser,
     ChatMessage,
+    ChatRole,
     DomainRole,
     InsertAtDepth,
     PromptEffect,
@@ -23,12 +24,20 @@ from ..model import (
     PromptSource,
     SystemUpdate,
 )
+from ..model._build import Builder
 from ._expand import SECTION_SEPARATOR
 from ._plan import InclusionPlan, PlannedPart
 
 __all__ = ["assemble_prompt", "merge_section"]
 
 _SYSTEM_SOURCE = PromptSource(kind="system")
+
+_MESSAGE = Builder(PromptMessage)
+_HISTORY_SOURCE = Builder(PromptSource).bind({"kind": "history"})
+"""Build prompt messages from validated chat messages and texts (no second validation)."""
+
+_DOMAIN_ROLES = {role: DomainRole(role.value) for role in ChatRole}
+"""The domain role of each chat role."""
 
 
 def _artifact_source(part: PlannedPart, message_id: str | None = None) -> PromptSource:
@@ -113,9 +122,7 @@ def assemble_prompt(
     messages: list[PromptMessage] = []
     if applied.system:
         source = applied.system_source or placed.system_source
-        messages.append(
-            PromptMessage(role=DomainRole.SYSTEM, content=applied.system, source=source)
-        )
+        messages.append(_MESSAGE(role=DomainRole.SYSTEM, content=applied.system, source=source))
     messages.extend(_history_messages(kept_history, placed, applied))
     messages.extend(_tail_messages(n, placed, applied))
     return messages
@@ -243,10 +250,9 @@ def _history_messages(
                 content = _act(content, part)
             source = _artifact_source(parts[-1], chat_message.message_id)
         else:
-            source = PromptSource(kind="history", message_id=chat_message.message_id)
-        messages.append(
-            PromptMessage(role=DomainRole(chat_message.role.value), content=content, source=source)
-        )
+            source = _HISTORY_SOURCE(message_id=chat_message.message_id)
+        role = _DOMAIN_ROLES[chat_message.role]
+        messages.append(_MESSAGE(role=role, content=content, source=source))
     return messages
 
 

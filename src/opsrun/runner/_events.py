@@ -106,9 +106,10 @@ class EventEmitter:
         self._sent = 0
         """How many queued events the sink was already handed."""
         self._now = cast(ImmediateEventLog, store) if sink is None and _immediate(store) else None
+        """The store, when events are appended as they are emitted."""
+        self._run_id: str = base["run_id"]
         self._builders: dict[type[Any], Builder[Any]] = {}
         """Per event type, its builder with this run's ``base`` fields bound."""
-        """The store, when events are appended as they are emitted."""
 
     @property
     def pending(self) -> bool:
@@ -116,9 +117,6 @@ class EventEmitter:
         return bool(self._queue)
 
     def _queue_event(self, event: RunEvent) -> None:
-        if self._now is not None:
-            self._now.append_events_now(event.run_id, (event,))
-            return
         self._queue.append(event)
         wakeup = self._wakeup
         if wakeup is not None:
@@ -132,23 +130,27 @@ class EventEmitter:
         event holds; only a host clock's reading may be of another type, and then the
         event is validated.
         """
-        self.seq += 1
-        event = self._build(event_type, self._clock.now(), fields)
-        self._queue_event(event)
-        return event
+        return self._emit(event_type, self._clock.now(), fields)
 
-    def _build(self, event_type: type[Any], ts: object, fields: dict[str, Any]) -> RunEvent:
-        """The next event (``seq``) of ``event_type`` stamped ``ts``, with ``fields``."""
+    def _emit(self, event_type: type[Any], ts: object, fields: dict[str, Any]) -> RunEvent:
+        """Build the next event (``seq``) of ``event_type`` stamped ``ts`` and deliver or
+        queue it."""
+        self.seq += 1
         fields["seq"] = self.seq
         fields["ts"] = ts
+        event: RunEvent
         if type(ts) is datetime:
             builder = self._builders.get(event_type)
             if builder is None:
                 builder = self._builders[event_type] = _BUILDERS[event_type].bind(self._base)
-            built: RunEvent = builder.build(fields)
-            return built
-        validated: RunEvent = event_type(**self._base, **fields)
-        return validated
+            event = builder.build(fields)
+        else:
+            event = event_type(**self._base, **fields)
+        if self._now is not None:
+            self._now.append_events_now(self._run_id, (event,))
+        else:
+            self._queue_event(event)
+        return event
 
     def operation_started(
         self, ts: datetime, hook: Hook, operation_id: str, operation_name: str
@@ -189,9 +191,8 @@ class EventEmitter:
     def _emit_operation(
         self, event_type: type[OperationStarted | OperationFinished], ts: object, **fields: Any
     ) -> None:
-        """Queue an operation event stamped ``ts`` (see :meth:`emit`)."""
-        self.seq += 1
-        self._queue_event(self._build(event_type, ts, fields))
+        """Emit an operation event stamped ``ts`` (see :meth:`emit`)."""
+        self._emit(event_type, ts, fields)
 
     @property
     def closed(self) -> bool:

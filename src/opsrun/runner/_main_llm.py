@@ -128,20 +128,30 @@ async def _generate(
         calls += 1
         return await _stream(ctx, emitter, cancellation, request)
 
+    def should_retry(s: _Stream) -> bool:
+        return s.transient and not s.streamed and not cancellation.aborted
+
+    stream = await attempt()
     policy = ctx.main_llm_retry
-    retried = await call_with_retries(
-        attempt,
-        should_retry=lambda s: s.transient and not s.streamed and not cancellation.aborted,
-        retry_after=lambda s: s.retry_after,
-        max_attempts=policy.max_attempts,
-        backoff=policy.backoff,
-        deadline=ctx.deadline,
-        sleep=_abortable(policy.sleep, cancellation),
-    )
-    stream = retried.value
-    if stream.error is not None and retried.refused_wait is not None:
-        message = no_retry_message(stream.error.message, retried.refused_wait)
-        stream.error = error_of(stream.error.code, message, stream.error.details)
+    if policy.max_attempts > 1 and should_retry(stream):
+        made = [stream]  # the first attempt, already made
+
+        async def again() -> _Stream:
+            return made.pop() if made else await attempt()
+
+        retried = await call_with_retries(
+            again,
+            should_retry=should_retry,
+            retry_after=lambda s: s.retry_after,
+            max_attempts=policy.max_attempts,
+            backoff=policy.backoff,
+            deadline=ctx.deadline,
+            sleep=_abortable(policy.sleep, cancellation),
+        )
+        stream = retried.value
+        if stream.error is not None and retried.refused_wait is not None:
+            message = no_retry_message(stream.error.message, retried.refused_wait)
+            stream.error = error_of(stream.error.code, message, stream.error.details)
     status, reason, error = _outcome(stream, cancellation)
     done = stream.done
     if error is not None:

@@ -261,7 +261,8 @@ class RunDriver:
 
     async def _commit(self, hook: Hook) -> None:
         done = [e for e in self._ledger.of_hook(hook) if e.status == OperationStatus.DONE]
-        await self._staging.commit(done, self._ledger, self._turn)
+        if done:
+            await self._staging.commit(done, self._ledger, self._turn)
 
     async def _main_llm_phase(self) -> bool:
         """Call the main LLM and store its reply; False when the run ended instead."""

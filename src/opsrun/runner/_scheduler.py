@@ -33,6 +33,7 @@ from ..model._effects import ASSISTANT_SIDE_EFFECTS
 from ..operations import Operation, OperationContext, RunMeta
 from ._artifacts import next_artifact
 from ._context import Cancellation, RunContext
+from ._eager import drive, start
 from ._events import EventEmitter
 from ._ledger import OperationLedger, OpExec, error_of
 
@@ -103,14 +104,26 @@ class Scheduler:
     async def _run_all(
         self, pending: list[OpExec], by_id: dict[str, OpExec], view: HookView
     ) -> None:
+        """Start every operation in order, each as in a task of its own (see ``_eager``).
+
+        Operations that end without suspending need no task; the first one that
+        suspends is driven by this task while the rest get a task each.
+        """
         shared = MappingProxyType(dict(view.base))
+        # The task group is entered first, so the cancel scopes an operation enters in
+        # its first steps nest inside it, in this task, as a task of the group would.
         async with anyio.create_task_group() as tg:
-            # An abort cancels this scope: every task of the hook stops at its next await
-            # and is marked aborted when the run finishes. Per-operation scopes exist only
-            # for operations with a timeout, which keeps the common path cheap.
+            # An abort cancels this scope: every operation of the hook stops at its next
+            # await and is marked aborted when the run finishes. Per-operation scopes
+            # exist only for operations with a timeout, which keeps the common path cheap.
             self._cancellation.watch(tg.cancel_scope)
-            for e in pending:
-                tg.start_soon(self._run_one, e, by_id, view, shared)
+            for index, e in enumerate(pending):
+                started = start(self._run_one(e, by_id, view, shared))
+                if started is not None:
+                    for later in pending[index + 1 :]:
+                        tg.start_soon(self._run_one, later, by_id, view, shared)
+                    await drive(started)
+                    break
         self._cancellation.unwatch(tg.cancel_scope)
 
     async def _run_one(
@@ -137,7 +150,8 @@ class Scheduler:
         """Wait for ``e``'s dependencies; when one did not end done, end ``e``, say False."""
         for dep_id in e.config.depends_on:
             dep = by_id.get(dep_id)
-            if dep is not None and dep.finished is not None:
+            # A dependency that already finished is not waited for (waiting would yield).
+            if dep is not None and dep.finished is not None and not dep.finished.is_set():
                 await dep.finished.wait()
             if dep is None or dep.status != OperationStatus.DONE:
                 if self._cancellation.aborted:

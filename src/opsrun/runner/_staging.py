@@ -46,6 +46,10 @@ class Staging:
         self.applied: list[AppliedEffect] = []
         """Every applied effect, in commit order."""
         self._commits = 0
+        self._changes = 0
+        """Counts changes of what the effective prompt reads (artifacts, prompt effects)."""
+        self._prompt: tuple[Sequence[ChatMessage], int, EffectivePrompt] | None = None
+        """The last effective prompt, with the history and the change count it was built on."""
 
     async def load(self) -> tuple[ArtifactRef, ...]:
         """Read the session's persisted artifacts; return their refs (tag order)."""
@@ -54,6 +58,7 @@ class Staging:
             return ()
         await ctx.sessions.get_or_create_session(ctx.session_key, ctx.started_at)
         self.persisted = await ctx.sessions.get_artifacts(ctx.session_key)
+        self._changes += 1
         return tuple(
             ArtifactRef(tag=tag, version=self.persisted[tag].version)
             for tag in sorted(self.persisted)
@@ -64,7 +69,20 @@ class Staging:
         return {**self.persisted, **self.run_only}
 
     def effective_prompt(self, history: Sequence[ChatMessage]) -> EffectivePrompt:
-        """The effective prompt from what is committed so far."""
+        """The effective prompt from what is committed so far.
+
+        Built once per state: the same ``history`` object with nothing committed since
+        returns the prompt built last (the before_main_llm draft, when its operations
+        committed nothing, is the prompt the main LLM receives).
+        """
+        cached = self._prompt
+        if cached is not None and cached[0] is history and cached[1] == self._changes:
+            return cached[2]
+        prompt = self._build_prompt(history)
+        self._prompt = (history, self._changes, prompt)
+        return prompt
+
+    def _build_prompt(self, history: Sequence[ChatMessage]) -> EffectivePrompt:
         ctx = self._ctx
         last = len(ctx.profile_rank)
         artifacts = [
@@ -80,6 +98,7 @@ class Staging:
 
     async def commit(self, done: Sequence[OpExec], ledger: OperationLedger, turn: Turn) -> None:
         """Apply the staged effects of ``done`` operations in commit order."""
+        self._changes += 1
         ordered = commit_order(
             done,
             key=lambda e: e.operation_id,

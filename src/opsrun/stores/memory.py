@@ -344,13 +344,13 @@ class InMemoryRunStore:
             if log is None:
                 log = self._events[run_id] = []
             if not log or events[0].seq > log[-1].seq:
-                log += events  # the usual case: the next events (a batch is in seq order)
+                log.extend(events)  # the usual case: the next events (a batch is in seq order)
             else:  # a retried batch
                 for event in events:
                     at = bisect_right(log, event.seq, key=_seq)
                     if not (at and log[at - 1].seq == event.seq):
                         log.insert(at, event)
-            changed = self._followers.pop(run_id, None)
+            changed = self._followers.pop(run_id, None) if self._followers else None
         if changed is not None:
             changed.set()
 
