@@ -194,6 +194,11 @@ def sha256_text(text: str) -> str:
 
 
 _WORD_START = re.compile(r"(?<=\s)\S")
+# A netrc entry ("machine h login u password p") is longer than the lookahead: from its
+# first word on, text is held until its password has arrived (or it cannot be netrc).
+_NETRC_OPEN = re.compile(r"(?i)(?<!\S)(?:machine|default)(?=\s)")
+_NETRC_PASSWORD = re.compile(r"(?i)(?<!\S)password\s+\S")
+_NETRC_WORDS = 10  # machine, login, account, port and password, each with a value
 
 
 class StreamRedactor:
@@ -227,6 +232,7 @@ class StreamRedactor:
         begin = pending.rfind("-----BEGIN")
         if begin >= 0 and "-----END" not in pending[begin:]:
             limit = begin  # a PEM header is five words long: hold the block until it ends
+        limit = min(limit, _netrc_hold(pending))
         # Candidate cuts: word starts that leave ``lookahead`` words pending, newest first.
         for cut in reversed(starts[: max(0, len(starts) - self.lookahead + 1)]):
             if cut > limit:
@@ -245,3 +251,14 @@ class StreamRedactor:
         """Return the redacted rest of the stream and reset."""
         pending, self._pending = self._pending, ""
         return self.redactor.redact(pending) if pending else ""
+
+
+def _netrc_hold(pending: str) -> int:
+    """Where an unfinished netrc entry starts in ``pending`` (``len`` when there is none)."""
+    openers = [m.start() for m in _NETRC_OPEN.finditer(pending)]
+    if not openers:
+        return len(pending)
+    entry = pending[openers[-1] :]
+    if _NETRC_PASSWORD.search(entry) or len(entry.split(None, _NETRC_WORDS)) > _NETRC_WORDS:
+        return len(pending)
+    return openers[-1]

@@ -377,9 +377,10 @@ BUILTIN_RULES: tuple[Rule, ...] = (
     ),
     _rule(
         "netrc",
-        rf"(?i){_START}(?P<prefix>(?:machine(?:[ \t]|\\t){{1,16}}[^\s\\\"']{{1,256}}|default)"
-        r"(?:(?:[ \t\r\n]|\\[nrt]){1,16}(?:login|account|port)(?:[ \t]|\\t){1,16}"
-        r"[^\s\\\"']{1,256}){0,4}(?:[ \t\r\n]|\\[nrt]){1,16}password(?:[ \t]|\\t){1,16})"
+        rf"(?i){_START}(?P<prefix>(?:machine(?:[ \t]|\\{{1,3}}t){{1,16}}[^\s\\\"']{{1,256}}"
+        r"|default(?=(?:[ \t]|\\{1,3}t){1,16}login))"
+        r"(?:(?:[ \t\r\n]|\\{1,3}[nrt]){1,16}(?:login|account|port)(?:[ \t]|\\{1,3}t){1,16}"
+        r"[^\s\\\"']{1,256}){0,4}(?:[ \t\r\n]|\\{1,3}[nrt]){1,16}password(?:[ \t]|\\{1,3}t){1,16})"
         r"(?P<body>[^\s\\\"']+)(?P<close>)",
         mask_assignment,
         ("machine", "default"),
