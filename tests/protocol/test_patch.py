@@ -19,9 +19,9 @@ def numbered(n: int, start: int = 1) -> str:
     return "".join(f"line {i}\n" for i in range(start, start + n))
 
 
-def code_of(original: str | bytes, patch: str, **kw: str) -> str:
+def code_of(original: str | bytes, patch: str, path: str | None = None) -> str:
     with pytest.raises(PatchError) as info:
-        apply_patch(original, patch, **kw)
+        apply_patch(original, patch, path=path)
     return info.value.code
 
 
