@@ -200,3 +200,23 @@ def test_apply_json_and_the_version_flags(root: Path, capsys: pytest.CaptureFixt
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.startswith("opsrun ")
     assert main(["plan", "check", str(answer), "--protocol", "1"]) == 0
+
+
+def test_raw_newlines_in_strings_are_named_and_repaired(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    answer = root.parent / "answer.txt"
+    answer.write_text(
+        '{"actions": [{"kind": "CREATE_FILE", "path": "a.py", "content": "x = 1\ny = 2\n"}]}'
+    )
+    assert main(["plan", "check", str(answer), "--strict"]) == 1
+    strict = capsys.readouterr().out
+    assert "ERR_INVALID_JSON" in strict
+    assert "line 1, column" in strict
+    assert "'actions' is a required property" not in strict
+    assert main(["plan", "check", str(answer), "--json"]) == 0
+    repaired = json.loads(capsys.readouterr().out)
+    assert repaired["ok"] is True
+    assert repaired["repairs"]
+    assert main(["plan", "check", str(answer)]) == 0
+    assert "repaired: escaped raw control characters" in capsys.readouterr().out

@@ -135,6 +135,7 @@ def _plan_check(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
     except PlanError as exc:
         result["error"] = exc.to_dict()
         return _report(stdout, args.json, [], error_violations(exc), result)
+    result["repairs"] = list(plan.repairs)
     violations = validate_plan(plan, mode=args.mode, root=args.root)
     if args.root is not None and args.mode == "apply" and not any(v.blocking for v in violations):
         violations += _what_apply_would_refuse(plan, args.root, args.allow_delete)
@@ -174,6 +175,8 @@ def _report(
         doc = result_json(ok, violations, **result, actions=len(actions))
         out.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
     else:
+        for repair in result.get("repairs", ()):
+            out.write(f"repaired: {repair}\n")
         for v in violations:
             out.write(violation_line(v) + "\n")
         status = "valid" if ok else "invalid"
