@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from opsrun._redact import DEFAULT_REDACTOR, MASK, Redactor, StreamRedactor
 from test_redact import AWS_ID, BEARER, GH_PAT, JWT, OPENAI_PROJ, OPENAI_SVC, TOKEN_CASES
+from test_redact_rules import POSITIVES
 
 PEM = (
     "-----BEGIN RSA PRIVATE KEY-----\n"
@@ -83,3 +84,26 @@ def test_a_long_run_without_whitespace_is_released_redacted() -> None:
     assert s.feed("x" * 60) == ""
     assert s.feed("y" * 60) == "x" * 60 + "y" * 60
     assert s.flush() == ""
+
+
+FAMILY_PARTS = [text for _, text, _ in POSITIVES] + ["plain words", "and so on."]
+
+
+@given(
+    st.lists(st.sampled_from(FAMILY_PARTS), min_size=1, max_size=6),
+    st.sampled_from([" ", "\n", " \\n"]),
+    st.lists(st.integers(min_value=0), max_size=40),
+)
+def test_every_family_streams_like_whole_text(parts: list[str], sep: str, cuts: list[int]) -> None:
+    text = sep.join(parts) + "\n"
+    released = stream(DEFAULT_REDACTOR, split(text, cuts))
+    assert "".join(released) == DEFAULT_REDACTOR.redact(text)
+
+
+def test_a_netrc_entry_is_held_until_its_password() -> None:
+    text = "ok machine api.example.com login alice password s3cr3t-Pa55word then more words\n"
+    for size in (1, 4, 9):
+        pieces = [text[i : i + size] for i in range(0, len(text), size)]
+        joined = "".join(stream(DEFAULT_REDACTOR, pieces))
+        assert joined == DEFAULT_REDACTOR.redact(text)
+        assert "s3cr3t" not in joined

@@ -13,7 +13,7 @@ import json
 import pytest
 
 from _support import make_runner
-from opsrun import Redactor
+from opsrun import Redactor, Runner
 from opsrun.kinds import builtin_kinds
 from opsrun.model import (
     AppendAfterLastUser,
@@ -28,9 +28,10 @@ from opsrun.model import (
 )
 from opsrun.operations import OperationCatalog, OperationContext
 from opsrun.providers import ProviderRegistry
+from opsrun.redaction import MASK
 from opsrun.report import render_markdown
 from opsrun.stores import InMemoryStores
-from opsrun.testing import ScriptedMainLlm
+from opsrun.testing import ScriptedMainLlm, ScriptedProvider
 from test_redact import (
     ANTHROPIC,
     AWS_ID,
@@ -44,6 +45,7 @@ from test_redact import (
     SLACK,
     STRIPE,
 )
+from test_redact_rules import POSITIVES, fragments
 
 pytestmark = pytest.mark.anyio
 
@@ -165,3 +167,121 @@ async def test_no_secret_survives_into_the_run_store() -> None:
     # The streamed reply still arrives, masked, and in full.
     deltas = [e for e in await stores.runs.events(result.run.run_id) if e.type == "main_llm.delta"]
     assert "".join(d.text for d in deltas) == runner.redactor.redact(reply)
+
+
+# Every family, through a whole run: the user message, generation params, an operation
+# error (a repr with an escaped newline, and a message cut at 1024 inside the key), a
+# summary (JSON text and double-encoded JSON), an llm operation's reply and the streamed
+# main LLM reply. Afterwards every stored record is scanned for the secret and for any
+# 8-character piece of it.
+def family_catalog(text: str, reply: str) -> OperationCatalog:
+    provider = ScriptedProvider([reply])
+    cat = OperationCatalog(kinds=builtin_kinds(providers=ProviderRegistry({"test": provider})))
+    cat.add_definition(OperationDefinition(operation_id="aux", name="Aux", kind="llm"))
+    cfg = {"env": "MODE=dev\n" + text}
+
+    @cat.function("repr_error", name="Repr error")
+    async def _repr(ctx: OperationContext) -> OperationResult:
+        raise ValueError(f"bad config {cfg!r}")
+
+    @cat.function("cut_error", name="Cut error")
+    async def _cut(ctx: OperationContext) -> OperationResult:
+        raise RuntimeError("~" * 1010 + text + " and the rest")
+
+    @cat.function("summary", name="Summary")
+    async def _summary(ctx: OperationContext) -> OperationResult:
+        once = json.dumps(cfg)
+        return OperationResult.done(
+            outputs_summary={"json": once, "double": json.dumps(once), "long": "~" * 1020 + text}
+        )
+
+    return cat
+
+
+def family_profile() -> OperationProfile:
+    def entry(op_id: str, order: int, **params: object) -> ProfileOperation:
+        return ProfileOperation(
+            operation_id=op_id,
+            config=OperationConfig(hooks=(Hook.BEFORE_MAIN_LLM,), order=order, params=params),
+        )
+
+    llm = {
+        "providerRef": "test",
+        "model": "aux-model",
+        "prompt": "Summarise: {{ chatHistory | last: 1 | map: 'content' | join }}",
+        "output": {"mode": "json"},
+        "writeArtifact": {"tag": "notes", "persisted": True},
+    }
+    return OperationProfile(
+        profile_id="p",
+        name="P",
+        operation_profile_session_id="s",
+        operations=(
+            entry("repr_error", 1),
+            entry("cut_error", 2),
+            entry("summary", 3),
+            entry("aux", 4, **llm),
+        ),
+    )
+
+
+async def stored_text(stores: InMemoryStores, runner: Runner, run_id: str) -> str:
+    stored: list[str] = []
+    for rid in stores.runs.run_ids():
+        run, op_runs = await stores.runs.get_run(rid)
+        stored.append(run.model_dump_json())
+        stored.extend(o.model_dump_json() for o in op_runs)
+        stored.extend(e.model_dump_json() for e in await stores.runs.events(rid))
+    report = await runner.explain(run_id)
+    stored.append(report.model_dump_json())
+    stored.append(render_markdown(report))
+    return "\n".join(stored)
+
+
+@pytest.mark.parametrize(("name", "text", "body"), POSITIVES, ids=lambda v: str(v)[:24])
+async def test_every_family_is_masked_in_every_stored_record(
+    name: str, text: str, body: str
+) -> None:
+    stores = InMemoryStores()
+    await stores.profiles.save_profile(family_profile())
+    llm_reply = "Sure: {" + json.dumps({"env": "a\n" + text}) + " not json"
+    escaped = json.dumps({"k": "v\n" + text})
+    reply = f"Here: {text}\nand {escaped} done."
+    runner = make_runner(
+        stores=stores,
+        catalog=family_catalog(text, llm_reply),
+        main_llm=ScriptedMainLlm([reply], chunk_size=5),
+    )
+    result = await runner.run(
+        RunRequest(
+            trigger=Trigger.GENERATE,
+            chat_id="c",
+            profile_id="p",
+            user_message=f"my config:\n{text}\n",
+            main_llm_params={"model": "m", "note": text, "env": "MODE=dev\n" + text},
+        )
+    )
+    assert result.operation("repr_error").error is not None
+    aux_summary = result.operation("aux").outputs_summary
+    assert "rawTextPreview" in aux_summary  # the llm reply really was recorded
+    stored = await stored_text(stores, runner, result.run.run_id)
+    assert body not in stored
+    assert [f for f in fragments(body) if f in stored] == []
+    assert MASK in stored
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="kinds/_llm.py cuts rawTextPreview at 1024 before masking (owned elsewhere)",
+)
+async def test_an_llm_reply_cut_inside_a_key_keeps_no_half() -> None:
+    stores = InMemoryStores()
+    await stores.profiles.save_profile(family_profile())
+    key = OPENAI_PROJ
+    llm_reply = "{" + "z" * 1000 + key  # the preview keeps 15 characters of the body
+    runner = make_runner(stores=stores, catalog=family_catalog("plain", llm_reply))
+    result = await runner.run(
+        RunRequest(trigger=Trigger.GENERATE, chat_id="c", profile_id="p", user_message="hi")
+    )
+    stored = await stored_text(stores, runner, result.run.run_id)
+    assert [f for f in fragments(key[8:]) if f in stored] == []

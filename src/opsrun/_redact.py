@@ -196,8 +196,8 @@ def sha256_text(text: str) -> str:
 _WORD_START = re.compile(r"(?<=\s)\S")
 # A netrc entry ("machine h login u password p") is longer than the lookahead: from its
 # first word on, text is held until its password has arrived (or it cannot be netrc).
-_NETRC_OPEN = re.compile(r"(?i)(?<!\S)(?:machine|default)(?=\s)")
-_NETRC_PASSWORD = re.compile(r"(?i)(?<!\S)password\s+\S")
+_NETRC_OPEN = re.compile(r"(?i)(?:(?<!\S)|(?<=\\[nrt]))(?:machine|default)(?=\s|\\t)")
+_NETRC_PASSWORD = re.compile(r"(?i)(?:(?<!\S)|(?<=\\[nrt]))password(?:\s|\\t)+\S")
 _NETRC_WORDS = 10  # machine, login, account, port and password, each with a value
 
 

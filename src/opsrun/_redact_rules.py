@@ -116,6 +116,14 @@ def mask_assignment(match: re.Match[str]) -> str:
     return f"{match.group('prefix')}{MASK}{match.group('close') or ''}"
 
 
+def _mask_line(match: re.Match[str]) -> str:
+    """Like :func:`mask_assignment` for values that run to the end of the line (cookies,
+    passphrases): a key masked inside them does not make them count as masked."""
+    if match.group("body").startswith(MASK):
+        return match.group(0)
+    return f"{match.group('prefix')}{MASK}{match.group('close') or ''}"
+
+
 def _mask_bearer(match: re.Match[str]) -> str:
     token = match.group("body")
     # "Bearer tokens", "bearer authentication": words, not credentials.
@@ -389,7 +397,7 @@ BUILTIN_RULES: tuple[Rule, ...] = (
         "cookie",
         rf"(?i){_START}(?P<prefix>(?:set-)?cookie{_Q}[ \t]{{0,10}}:[ \t]{{0,10}}{_Q})"
         r"(?P<body>[^\s=;,\"'\\]{1,256}=[^\r\n\"'\\]*)(?P<close>)",
-        mask_assignment,
+        _mask_line,
         ("cookie",),
     ),
     _rule(
@@ -397,7 +405,7 @@ BUILTIN_RULES: tuple[Rule, ...] = (
         # A passphrase is words: the value runs to the end of the line (or its quote).
         r"(?i)(?:(?<![A-Za-z0-9\-])|(?<=\\[nrt]))"
         rf"(?P<prefix>passphrase{_Q}{_SEP}{_Q})(?P<body>[^\r\n\"'\\]+)(?P<close>)",
-        mask_assignment,
+        _mask_line,
         ("passphrase",),
     ),
     _rule(
