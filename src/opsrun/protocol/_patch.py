@@ -436,7 +436,7 @@ def apply_patch(
         PatchError: as :func:`apply_patch_detailed`.
         ConfigError: ``tolerance`` is not a level.
     """
-    return apply_patch_detailed(original, patch, path=path, tolerance=tolerance).text
+    return _apply(original, patch, path, check_tolerance(tolerance), report=False).text
 
 
 def apply_patch_detailed(
@@ -474,7 +474,12 @@ def apply_patch_detailed(
             ``ERR_NON_UTF8_FILE`` when ``original`` is bytes that are not UTF-8.
         ConfigError: ``tolerance`` is not a level.
     """
-    level = check_tolerance(tolerance)
+    return _apply(original, patch, path, check_tolerance(tolerance), report=True)
+
+
+def _apply(
+    original: str | bytes, patch: str, path: str | None, level: PatchTolerance, *, report: bool
+) -> PatchResult:
     label = path or ""
     text = decode_text(original, path=label)
     bom = text.startswith("\ufeff")
@@ -483,7 +488,7 @@ def apply_patch_detailed(
     parsed = _parse(patch.removeprefix("\ufeff"), loose=level == "loose", bom=bom)
     _check_target(parsed, text, path)
     output = _Output(_Lines(text))
-    placer = Placer(output.source.keys, level, label)
+    placer = Placer(output.source.keys, level, label, report=report)
     placements: list[HunkPlacement] = []
     in_offset = 0
     for hunk in parsed.hunks:
@@ -493,7 +498,8 @@ def apply_patch_detailed(
         if hunk.numbered:
             in_offset = where - placed.first
         output.apply(placed, where)
-        placements.append(placement)
+        if placement is not None:
+            placements.append(placement)
     output.copy_to(len(output.source.raw) + 1)
     if parsed.target is None and output.lines:
         raise PatchError(
@@ -503,7 +509,9 @@ def apply_patch_detailed(
             details={"path": label, "remaining": len(output.lines)},
         )
     new = output.text()
-    return PatchResult(text="\ufeff" + new if bom and new else new, hunks=tuple(placements))
+    return PatchResult.model_construct(
+        text="\ufeff" + new if bom and new else new, hunks=tuple(placements)
+    )
 
 
 def _check_target(parsed: _Parsed, text: str, path: str | None) -> None:

@@ -217,10 +217,13 @@ def _trim(hunk: Hunk, drop: tuple[int, int]) -> Hunk | None:
 class Placer:
     """Places the hunks of one patch in one file's lines, under one tolerance."""
 
-    __slots__ = ("_index", "_keys", "_tabs", "label", "lines", "rungs", "tolerance")
+    __slots__ = ("_index", "_keys", "_tabs", "label", "lines", "report", "rungs", "tolerance")
 
-    def __init__(self, lines: list[str], tolerance: PatchTolerance, label: str) -> None:
+    def __init__(
+        self, lines: list[str], tolerance: PatchTolerance, label: str, *, report: bool = True
+    ) -> None:
         self.lines = lines  # the file's lines without line endings
+        self.report = report  # build a HunkPlacement per hunk (apply_patch needs none)
         self.tolerance = tolerance
         self.label = label
         self.rungs = [r for r in _RUNGS if _RANK[r.tier] <= _RANK[tolerance]]
@@ -252,7 +255,9 @@ class Placer:
 
     # -- one hunk -------------------------------------------------------------------------
 
-    def place(self, hunk: Hunk, in_offset: int, frozen: int) -> tuple[Hunk, int, HunkPlacement]:
+    def place(
+        self, hunk: Hunk, in_offset: int, frozen: int
+    ) -> tuple[Hunk, int, HunkPlacement | None]:
         """Return the hunk to apply (trimmed, re-indented), its line, and its placement.
 
         Raises:
@@ -271,7 +276,7 @@ class Placer:
             part = _trim(hunk, rung.drop)
             if part is None:
                 continue
-            pattern = [rung.key(s) for s in part.old]
+            pattern = part.old if rung.key is _same else [rung.key(s) for s in part.old]
             # A hunk cut short at its edges has lost what pins it to its stated line.
             at = None if stated is None or rung.drop != (0, 0) else stated
             if at is not None and at in self._allowed(part, rung, lo, at):
@@ -331,12 +336,14 @@ class Placer:
 
     def _done(
         self, hunk: Hunk, part: Hunk, pos: int, rung: _Rung, tab: int
-    ) -> tuple[Hunk, int, HunkPlacement]:
+    ) -> tuple[Hunk, int, HunkPlacement | None]:
         if rung.indent != "same":
             part = self._reindent(hunk, part, pos, tab)
         return part, pos, self._placement(hunk, pos - rung.drop[0], rung)
 
-    def _placement(self, hunk: Hunk, line: int, rung: _Rung) -> HunkPlacement:
+    def _placement(self, hunk: Hunk, line: int, rung: _Rung) -> HunkPlacement | None:
+        if not self.report:
+            return None
         level = rung.tier
         if not hunk.numbered or (
             rung.drop == (0, 0)
@@ -344,7 +351,8 @@ class Placer:
             and line not in _gnu_allowed(hunk, len(self.lines), line)
         ):
             level = "loose"
-        return HunkPlacement(
+        # Built from checked values on every hunk of every patch: skip re-validation.
+        return HunkPlacement.model_construct(
             hunk=hunk.number,
             header=hunk.header,
             stated_line=hunk.first if hunk.numbered else None,
