@@ -220,3 +220,23 @@ def test_raw_newlines_in_strings_are_named_and_repaired(
     assert repaired["repairs"]
     assert main(["plan", "check", str(answer)]) == 0
     assert "repaired: escaped raw control characters" in capsys.readouterr().out
+
+
+def test_relocated_hunks_are_reported_not_silent(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (root / "app.py").write_text("# header\n" * 3 + APP)
+    moved = (
+        "--- a/app.py\n+++ b/app.py\n@@ -1,3 +1,3 @@\n def f():\n-    return 1\n+    return 3\n \n"
+    )
+    answer = plan_file(root.parent, patch(moved))
+    answer.write_text(
+        answer.read_text().replace(
+            sha256_hex(APP.encode()), sha256_hex(("# header\n" * 3 + APP).encode())
+        )
+    )
+    assert main(["plan", "check", str(answer), "--root", str(root)]) == 0
+    checked = capsys.readouterr().out
+    assert "note: app.py hunk 1 applied at line 4 (stated 1, offset +3" in checked
+    assert main(["plan", "apply", str(answer), "--root", str(root)]) == 0
+    assert "note: app.py hunk 1 applied at line 4 (stated 1, offset +3" in capsys.readouterr().out

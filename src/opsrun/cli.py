@@ -29,7 +29,13 @@ from opsrun._cli_driver import add_driver_commands
 from opsrun.errors import OpsrunError, PlanError
 from opsrun.protocol import ActionKind, Plan, Violation, parse_plan, preview_plan, validate_plan
 from opsrun.protocol._apply_cli import add_apply_commands
-from opsrun.protocol._cli_common import error_violations, result_json, root_problem, violation_line
+from opsrun.protocol._cli_common import (
+    error_violations,
+    relocation_line,
+    result_json,
+    root_problem,
+    violation_line,
+)
 from opsrun.protocol._exit import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 __all__ = ["build_parser", "main"]
@@ -138,12 +144,15 @@ def _plan_check(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
     result["repairs"] = list(plan.repairs)
     violations = validate_plan(plan, mode=args.mode, root=args.root)
     if args.root is not None and args.mode == "apply" and not any(v.blocking for v in violations):
-        violations += _what_apply_would_refuse(plan, args.root, args.allow_delete)
+        violations += _what_apply_would_refuse(plan, args.root, args.allow_delete, result)
     return _report(stdout, args.json, plan.actions, violations, result)
 
 
-def _what_apply_would_refuse(plan: Plan, root: str, allow_delete: bool) -> list[Violation]:
-    """Everything ``plan apply`` checks beyond validation, short of writing."""
+def _what_apply_would_refuse(
+    plan: Plan, root: str, allow_delete: bool, result: dict[str, Any]
+) -> list[Violation]:
+    """Everything ``plan apply`` checks beyond validation, short of writing; hunks that
+    would not apply exactly at their stated line go to ``result["relocated"]``."""
     found: list[Violation] = []
     deletes = [(i, a) for i, a in enumerate(plan.actions) if a.kind in _DELETES]
     if deletes and not allow_delete:
@@ -157,9 +166,11 @@ def _what_apply_would_refuse(plan: Plan, root: str, allow_delete: bool) -> list[
             for i, a in deletes
         ]
     try:
-        preview_plan(plan, root)  # patch placement, base hashes, links: as apply does
+        items = preview_plan(plan, root)  # patch placement, base hashes, links: as apply does
     except OpsrunError as exc:
         found += error_violations(exc)
+        return found
+    result["relocated"] = [relocation_line(i.path, h) for i in items for h in i.relocated]
     return found
 
 
@@ -177,6 +188,8 @@ def _report(
     else:
         for repair in result.get("repairs", ()):
             out.write(f"repaired: {repair}\n")
+        for note in result.get("relocated", ()):
+            out.write(note + "\n")
         for v in violations:
             out.write(violation_line(v) + "\n")
         status = "valid" if ok else "invalid"

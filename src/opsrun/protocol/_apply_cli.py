@@ -16,7 +16,13 @@ from typing import Any, TextIO
 from opsrun.errors import ApplyError, OpsrunError
 
 from ._apply import apply_plan
-from ._cli_common import error_violations, result_json, root_problem, violation_line
+from ._cli_common import (
+    error_violations,
+    relocation_line,
+    result_json,
+    root_problem,
+    violation_line,
+)
 from ._exit import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from ._journal import recover, undo
 from ._limits import Violation
@@ -122,6 +128,8 @@ def _apply(
     if not args.json:
         for item in items:
             out.write(item.diff or f"{item.kind.value} {item.path}\n")
+            for hunk in item.relocated:
+                out.write(relocation_line(item.path, hunk) + "\n")
     if args.dry_run:
         if args.json:
             doc = result_json(True, [], outcome="dry_run", paths=[i.path for i in items])

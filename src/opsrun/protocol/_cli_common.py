@@ -9,8 +9,9 @@ from typing import Any
 from opsrun.errors import OpsrunError
 
 from ._limits import Violation
+from ._patch_place import HunkPlacement
 
-__all__ = ["error_violations", "root_problem", "violation_line"]
+__all__ = ["error_violations", "relocation_line", "result_json", "root_problem", "violation_line"]
 
 
 def root_problem(root: str) -> str | None:
@@ -60,3 +61,12 @@ def violation_line(v: Violation) -> str:
 def result_json(ok: bool, violations: list[Violation], **extra: Any) -> dict[str, Any]:
     """The ``--json`` document of check and apply."""
     return {"ok": ok, **extra, "violations": [v.model_dump() for v in violations]}
+
+
+def relocation_line(path: str, hunk: HunkPlacement) -> str:
+    """``note: app.py hunk 2 applied at line 40 (stated 37, offset +3, level exact)``."""
+    stated = f"stated {hunk.stated_line}" if hunk.stated_line is not None else "no line stated"
+    return (
+        f"note: {path} hunk {hunk.hunk} applied at line {hunk.line} "
+        f"({stated}, offset {hunk.offset:+d}, level {hunk.level}, {hunk.rule})"
+    )
