@@ -11,7 +11,6 @@ with a stable code. Everything is recorded in the turn's trace.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shlex
 import uuid
@@ -24,32 +23,33 @@ from typing import Any, Literal
 import anyio
 
 from opsrun._redact import redact_value
-from opsrun._retry import Backoff, Sleep, call_with_retries
+from opsrun._retry import Sleep
 from opsrun.errors import (
     ConfigError,
     OpsrunError,
-    PlanError,
-    ProviderError,
-    ProviderTimeout,
-    RateLimited,
-    ResponseFormatRejected,
 )
-from opsrun.model import Samplers
-from opsrun.ports import LlmProvider, LlmRequest, LlmResponse, ProviderMessage, ResponseFormat
+from opsrun.ports import LlmProvider, ProviderMessage
 
 from ._apply import ApplyResult, CheckCommand, apply_plan
 from ._context import (
-    ContextBlock,
-    EnvBlock,
     FileBlock,
     FileSystemContext,
-    LogsBlock,
     ProjectContext,
-    SearchBlock,
     render_context,
 )
 from ._diet import Diet
+from ._driver_call import FormatMemory, ModelCall
+from ._driver_check import AnswerCheck
 from ._driver_config import DriverConfig, DriverMode
+from ._driver_parts import (
+    FALLBACK_AT_ONCE,
+    Accepted,
+    Rejected,
+    Round,
+    block_summary,
+    summarize,
+    violations_of,
+)
 from ._driver_state import InMemoryPlanState, PlanState, SavedPlan
 from ._events import PlanEvent, PlanEventSink, emit, log_event
 from ._gather import Gatherer
@@ -57,23 +57,14 @@ from ._limits import Violation
 from ._memory import ProjectPrefs, UserPrefs, apply_memory_patch, check_memory_patch
 from ._memory_store import FileMemory, MemoryStore, memory_block
 from ._mode import Route, route
-from ._parse import parse_plan
 from ._plan import ContextRequest, Plan
-from ._preview import DiffItem, preview_plan
+from ._preview import DiffItem
 from ._prompts import repair_prompt, system_prompt, user_prompt
-from ._schemas import load_schema
 from ._trace import TraceBuilder, write_trace
-from ._validate import NO_CHANGES_PREFIX, validate_plan
 
 __all__ = ["DriverResult", "PlanDriver", "TurnStatus"]
 
 TurnStatus = Literal["planned", "applied", "no_changes", "failed"]
-
-FALLBACK_AFTER_REPAIR = frozenset({"ERR_PATCH_APPLY_FAILED", "ERR_V2_UPDATE_EXISTING_FORBIDDEN"})
-"""v2 failures that get one v2 repair, then a v1 attempt."""
-FALLBACK_AT_ONCE = frozenset({"ERR_NON_UTF8_FILE"})
-"""v2 failures that go to v1 without a repair (v2 cannot patch such a file)."""
-_ANSWERED_BY_REFUSAL = frozenset({"ERR_CONTEXT_REQUEST_INVALID"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -112,35 +103,6 @@ class DriverResult:
     next_mode: DriverMode | None = None
     memory_applied: dict[str, Any] = field(default_factory=dict)
     memory_dropped: tuple[Violation, ...] = ()
-
-
-@dataclass(slots=True)
-class _Accepted:
-    plan: Plan
-    preview: tuple[DiffItem, ...] = ()
-    more_context: bool = False  # an APPLY answer that asks for context instead of acting
-
-
-@dataclass(slots=True)
-class _Rejected:
-    code: str
-    message: str
-    stage: str
-    violations: tuple[Violation, ...] = ()
-    fallback: bool = False
-    back_to_plan: bool = False
-
-
-@dataclass(slots=True)
-class _Round:
-    """What one protocol attempt shows the model."""
-
-    mode: DriverMode
-    goal: str
-    blocks: Sequence[ContextBlock] = ()
-    saved_summary: str | None = None
-    shown: dict[str, str] = field(default_factory=dict)  # path -> sha256 shown
-    rounds_left: int = 0
 
 
 class PlanDriver:
@@ -200,7 +162,7 @@ class PlanDriver:
         self.memory: MemoryStore = memory if memory is not None else FileMemory.for_project(path)
         self._events = events or log_event
         self._sleep = sleep
-        self._format_rejected = False
+        self._formats = FormatMemory()
         self._lock: anyio.Lock | None = None
 
     async def turn(self, message: str, *, report: str | None = None) -> DriverResult:
@@ -275,6 +237,24 @@ class _Turn:
         self.project = project
         self.memory_text = memory_block(user, project)
         self.gather = Gatherer(driver.context, self.cfg.context, driver.root, self.emit)
+        self.checker = AnswerCheck(
+            root=driver.root,
+            cfg=self.cfg,
+            trace=trace,
+            gather=self.gather,
+            emit=self.emit,
+            sink=self.sink,
+        )
+        self.model = ModelCall(
+            provider=driver.provider,
+            model=driver.model,
+            cfg=self.cfg,
+            trace=trace,
+            trace_id=trace_id,
+            emit=self.emit,
+            sleep=driver._sleep,
+            formats=driver._formats,
+        )
         self.context_stats: dict[str, Any] = Diet((), (), 0).stats()
 
     def emit(self, name: str, **fields: Any) -> None:
@@ -289,7 +269,7 @@ class _Turn:
             mode=mode, status=status, trace_id=self.trace_id, trace=self.trace.doc, **kw
         )
 
-    def failed(self, mode: DriverMode, rejected: _Rejected) -> DriverResult:
+    def failed(self, mode: DriverMode, rejected: Rejected) -> DriverResult:
         return self.result(
             mode,
             "failed",
@@ -304,14 +284,14 @@ class _Turn:
     async def plan(self, chosen: Route, hints: str) -> DriverResult:
         version = self.cfg.protocol_version
         if not chosen.goal:
-            rejected = _Rejected("ERR_EMPTY_REQUEST", "the message asks for nothing", "route")
+            rejected = Rejected("ERR_EMPTY_REQUEST", "the message asks for nothing", "route")
             return self.failed("plan", rejected)
         if self.cfg.auto_collect:
             await self.gather.auto(hints)
         while True:
             round_ = self.round("plan", chosen.goal, None)
             outcome = await self.attempt(round_, version, fallback_possible=False)
-            if isinstance(outcome, _Rejected):
+            if isinstance(outcome, Rejected):
                 return self.failed("plan", outcome)
             wanted = self.gather.new(outcome.plan.context_requests)
             if not wanted or round_.rounds_left <= 0:
@@ -330,16 +310,16 @@ class _Turn:
         self.emit("PLAN_SAVED", context_requests=len(saved.context_requests))
         return self.result("plan", "planned", plan=outcome.plan)
 
-    def round(self, mode: DriverMode, goal: str, saved_summary: str | None) -> _Round:
+    def round(self, mode: DriverMode, goal: str, saved_summary: str | None) -> Round:
         """The next round's view of the context, after the diet."""
         diet = self.gather.view()
         self.context_stats = diet.stats()
         blocks = diet.blocks
         shown = {b.path: b.sha256 for b in blocks if isinstance(b, FileBlock)}
         self.trace["read_paths"] = list(shown)
-        self.trace["context"] = [_block_summary(b) for b in blocks]
+        self.trace["context"] = [block_summary(b) for b in blocks]
         left = self.cfg.max_context_rounds - self.gather.rounds
-        return _Round(mode, goal, blocks, saved_summary, shown, left)
+        return Round(mode, goal, blocks, saved_summary, shown, left)
 
     async def next_round(self, wanted: Sequence[ContextRequest]) -> None:
         self.gather.rounds += 1
@@ -350,7 +330,7 @@ class _Turn:
     async def apply(self, chosen: Route, saved: SavedPlan | None, hints: str) -> DriverResult:
         goal = chosen.goal or (saved.goal if saved is not None else "")
         if not goal:
-            rejected = _Rejected("ERR_EMPTY_REQUEST", "the message asks for nothing", "route")
+            rejected = Rejected("ERR_EMPTY_REQUEST", "the message asks for nothing", "route")
             return self.failed("apply", rejected)
         if saved is not None:
             await self.gather.fulfil(saved.context_requests)
@@ -362,10 +342,10 @@ class _Turn:
         while True:
             round_ = self.round("apply", goal, summary)
             outcome = await self.attempt(round_, version, fallback_possible=fallback_possible)
-            if not (isinstance(outcome, _Accepted) and outcome.more_context):
+            if not (isinstance(outcome, Accepted) and outcome.more_context):
                 break
             await self.next_round(self.gather.new(outcome.plan.context_requests))
-        if isinstance(outcome, _Rejected) and outcome.fallback and fallback_possible:
+        if isinstance(outcome, Rejected) and outcome.fallback and fallback_possible:
             self.trace["protocol_fallback_attempted"] = True
             self.trace["protocol_fallback_reason"] = outcome.code
             self.trace["protocol_fallback_stage"] = outcome.stage
@@ -376,7 +356,7 @@ class _Turn:
                 stage=outcome.stage,
             )
             outcome = await self.attempt(round_, 1, fallback_possible=False)
-        if isinstance(outcome, _Rejected):
+        if isinstance(outcome, Rejected):
             return self.failed("apply", outcome)
         plan = outcome.plan
         if not plan.actions:  # validation accepted it: the summary says NO_CHANGES
@@ -388,11 +368,11 @@ class _Turn:
             applied = await anyio.to_thread.run_sync(self.apply_now, plan, round_)
         except OpsrunError as exc:
             self.trace.add("errors", {"stage": "apply", "code": exc.code})
-            rejected = _Rejected(
+            rejected = Rejected(
                 exc.code,
                 exc.message,
                 "apply",
-                _violations(exc),
+                violations_of(exc),
                 back_to_plan=exc.code == "ERR_BASE_MISMATCH",
             )
             return self.failed("apply", rejected)
@@ -453,7 +433,7 @@ class _Turn:
             return argv or None
         return None
 
-    def apply_now(self, plan: Plan, round_: _Round) -> ApplyResult:
+    def apply_now(self, plan: Plan, round_: Round) -> ApplyResult:
         return apply_plan(
             plan,
             self.d.root,
@@ -470,8 +450,8 @@ class _Turn:
     # -- one protocol attempt: propose, check, repair -----------------------------------
 
     async def attempt(
-        self, round_: _Round, version: int, *, fallback_possible: bool
-    ) -> _Accepted | _Rejected:
+        self, round_: Round, version: int, *, fallback_possible: bool
+    ) -> Accepted | Rejected:
         self.trace.add("protocol_attempts", version)
         context = render_context(round_.blocks)
         system = system_prompt(version)
@@ -493,13 +473,13 @@ class _Turn:
         repairs_left = self.cfg.repair_attempts
         while True:
             purpose = "propose" if repairs_left == self.cfg.repair_attempts else "repair"
-            answer = await self.call(messages, version, purpose)
-            if isinstance(answer, _Rejected):
+            answer = await self.model.call(messages, version, purpose)
+            if isinstance(answer, Rejected):
                 return answer
             outcome = await anyio.to_thread.run_sync(
-                self.check, answer, round_, version, fallback_possible
+                self.checker.check, answer, round_, version, fallback_possible
             )
-            if isinstance(outcome, _Accepted):
+            if isinstance(outcome, Accepted):
                 self.trace["protocol_version_used"] = outcome.plan.version
                 self.trace["validated_json"] = outcome.plan.model_dump(mode="json")
                 self.trace["event"] = "LLM_PLAN_OK"
@@ -529,274 +509,3 @@ class _Turn:
                 ProviderMessage("assistant", answer),
                 ProviderMessage("user", repair_prompt(problems, mode=round_.mode, version=version)),
             ]
-
-    def check(
-        self, answer: str, round_: _Round, version: int, fallback_possible: bool
-    ) -> _Accepted | _Rejected:
-        """Parse, validate and (in APPLY) preview one answer."""
-        lim = self.cfg.limits
-        # Best-effort parsing always: a provider's enforced format yields bare JSON anyway,
-        # and local validation runs in every case.
-        try:
-            plan = parse_plan(answer, version=version, limits=lim, eol=self.cfg.normalize_eol)
-        except PlanError as exc:
-            other = _other_version(answer, version, fallback_possible, self)
-            if other is None:
-                problems = _violations(exc) or (_violation(exc.code, exc.message),)
-                return _Rejected(exc.code, exc.message, "schema", problems)
-            self.trace["protocol_fallback_attempted"] = True
-            self.trace["protocol_fallback_reason"] = exc.code
-            self.trace["protocol_fallback_stage"] = "schema"
-            self.trace.add("protocol_attempts", other.version)
-            self.emit(
-                "PROTOCOL_FALLBACK",
-                **{"from": f"v{version}", "to": f"v{other.version}"},
-                reason=exc.code,
-                stage="schema",
-            )
-            plan = other
-        if (
-            round_.mode == "apply"
-            and not plan.actions
-            and round_.rounds_left > 0
-            and self.gather.new(plan.context_requests)
-            and not (plan.summary or "").startswith(NO_CHANGES_PREFIX)
-        ):
-            return _Accepted(plan, more_context=True)
-        read_paths = tuple(round_.shown) if round_.mode == "apply" else None
-        found = validate_plan(
-            plan,
-            mode=round_.mode,
-            root=self.d.root,
-            read_paths=read_paths,
-            limits=lim,
-            policy=self.cfg.policy,
-        )
-        # A bad context request is answered with a REFUSED line, not a repair round.
-        blocking = tuple(v for v in found if v.blocking and v.code not in _ANSWERED_BY_REFUSAL)
-        if blocking:
-            return self.rejected(blocking, "validate", round_, plan.version, fallback_possible)
-        if round_.mode == "plan" or not plan.actions:
-            return _Accepted(plan)
-        try:
-            items = preview_plan(
-                plan,
-                self.d.root,
-                read_paths=read_paths,
-                limits=lim,
-                policy=self.cfg.policy,
-                events=self.sink,
-                tolerance=self.cfg.patch_tolerance,
-            )
-        except OpsrunError as exc:
-            problems = _violations(exc) or (Violation(code=exc.code, message=exc.message),)
-            return self.rejected(problems, "preview", round_, plan.version, fallback_possible)
-        self.trace["preview"] = [{"path": i.path, "kind": i.kind.value} for i in items]
-        return _Accepted(plan, tuple(items))
-
-    def rejected(
-        self,
-        problems: tuple[Violation, ...],
-        stage: str,
-        round_: _Round,
-        version: int,
-        fallback_possible: bool,
-    ) -> _Rejected:
-        first = problems[0]
-        codes = [v.code for v in problems]
-        if "ERR_BASE_MISMATCH" in codes and self.changed_on_disk(problems, round_):
-            hit = next(v for v in problems if v.code == "ERR_BASE_MISMATCH")
-            return _Rejected(
-                "ERR_BASE_MISMATCH",
-                f"{hit.path} changed since it was read; plan again",
-                stage,
-                problems,
-                back_to_plan=True,
-            )
-        if fallback_possible and version == 2:
-            for code in codes:
-                if code in FALLBACK_AT_ONCE or code in FALLBACK_AFTER_REPAIR:
-                    hit = next(v for v in problems if v.code == code)
-                    return _Rejected(code, hit.message, stage, problems, fallback=True)
-        return _Rejected(first.code, first.message, stage, problems)
-
-    def changed_on_disk(self, problems: Sequence[Violation], round_: _Round) -> bool:
-        """True when a file's hash now differs from the hash the model was shown."""
-        for v in problems:
-            if v.code != "ERR_BASE_MISMATCH" or v.path is None or v.path not in round_.shown:
-                continue
-            try:
-                data = (self.d.root / v.path).read_bytes()
-            except OSError:
-                return True
-            if hashlib.sha256(data).hexdigest() != round_.shown[v.path]:
-                return True
-        return False
-
-    # -- the model call -----------------------------------------------------------------
-
-    async def call(
-        self, messages: list[ProviderMessage], version: int, purpose: str
-    ) -> str | _Rejected:
-        """One completion (with provider retries and the response-format step-down)."""
-        level = self.format_level()
-        while True:
-            request = self.request(messages, version, level)
-            input_chars = sum(len(m.content) for m in messages)
-            self.emit(
-                "LLM_REQUEST_SENT",
-                model=self.d.model,
-                provider=type(self.d.provider).__name__,
-                schema_version=version,
-                token_budget=request.max_output_tokens,
-                input_chars=input_chars,
-                response_format=level,
-                purpose=purpose,
-            )
-            record: dict[str, Any] = {
-                "purpose": purpose,
-                "protocol": version,
-                "response_format": level,
-                "input_chars": input_chars,
-                "max_tokens": request.max_output_tokens,
-            }
-            self.trace.add("calls", record)
-            outcome = await self.complete(request)
-            if isinstance(outcome, LlmResponse):
-                record.update(
-                    outcome="ok", finish_reason=outcome.finish_reason, chars=len(outcome.text)
-                )
-                self.trace.raw(outcome.text)
-                return outcome.text
-            record["outcome"] = outcome.code
-            if isinstance(outcome, ResponseFormatRejected) and level != "none":
-                self.d._format_rejected = True
-                self.trace["response_format_fallback"] = True
-                self.emit(
-                    "LLM_RESPONSE_FORMAT_FALLBACK",
-                    **{"from": level, "to": "none"},
-                    reason=outcome.message[:200],
-                )
-                level = "none"
-                continue
-            if isinstance(outcome, ProviderTimeout):
-                self.emit("LLM_REQUEST_TIMEOUT", timeout=self.cfg.timeout)
-                return _Rejected("ERR_LLM_TIMEOUT", outcome.message, "llm")
-            self.emit("LLM_REQUEST_FAILED", code=outcome.code, reason=outcome.message[:200])
-            return _Rejected("ERR_LLM_REQUEST_FAILED", f"[{outcome.code}] {outcome.message}", "llm")
-
-    def format_level(self) -> str:
-        if not self.cfg.strict_json or self.d._format_rejected:
-            return "none"
-        return self.d.provider.capabilities.structured_output
-
-    def request(self, messages: list[ProviderMessage], version: int, level: str) -> LlmRequest:
-        response_format: ResponseFormat | None = None
-        if level in ("json_schema_strict", "json_schema"):
-            response_format = ResponseFormat(
-                type="json_schema",
-                schema=load_schema(version, provider=True),
-                name=f"opsrun_plan_v{version}",
-                strict=level == "json_schema_strict",
-            )
-        elif level == "json_object":
-            response_format = ResponseFormat(type="json")
-        cfg = self.cfg
-        return LlmRequest(
-            messages=tuple(messages),
-            model=self.d.model,
-            samplers=Samplers(
-                temperature=cfg.temperature,
-                top_p=cfg.top_p,
-                presence_penalty=cfg.presence_penalty,
-                frequency_penalty=cfg.frequency_penalty,
-            ),
-            max_output_tokens=cfg.output_tokens(sum(len(m.content) for m in messages)),
-            response_format=response_format,
-            timeout=cfg.timeout,
-            meta={"trace_id": self.trace_id},
-        )
-
-    async def complete(self, request: LlmRequest) -> LlmResponse | ProviderError:
-        """Call the provider with a time limit, retrying rate limits and outages."""
-
-        async def attempt() -> LlmResponse | ProviderError:
-            try:
-                with anyio.fail_after(self.cfg.timeout):
-                    return await self.d.provider.complete(request)
-            except TimeoutError:
-                return ProviderTimeout(f"no answer within {self.cfg.timeout:g}s")
-            except ProviderError as exc:
-                return exc
-
-        retried = await call_with_retries(
-            attempt,
-            should_retry=lambda o: (
-                isinstance(o, ProviderError) and o.retryable and not isinstance(o, ProviderTimeout)
-            ),
-            retry_after=lambda o: o.retry_after if isinstance(o, RateLimited) else None,
-            max_attempts=self.cfg.provider_attempts,
-            backoff=Backoff(0.5, 8.0),
-            sleep=self.d._sleep,
-        )
-        return retried.value
-
-
-def _other_version(answer: str, version: int, fallback_possible: bool, turn: _Turn) -> Plan | None:
-    """The answer parsed as the other protocol version, when fallback allows it."""
-    if not fallback_possible:
-        return None
-    try:
-        return parse_plan(
-            answer,
-            version=1 if version == 2 else 2,
-            limits=turn.cfg.limits,
-            eol=turn.cfg.normalize_eol,
-        )
-    except PlanError:
-        return None
-
-
-def _violation(code: str, message: str) -> Violation:
-    return Violation(code=code, message=message)
-
-
-def _violations(exc: OpsrunError) -> tuple[Violation, ...]:
-    raw = exc.details.get("violations")
-    if not isinstance(raw, list):
-        return ()
-    found: list[Violation] = []
-    for item in raw:
-        try:
-            found.append(Violation.model_validate(item))
-        except ValueError:
-            continue
-    return tuple(found)
-
-
-def _block_summary(block: ContextBlock) -> dict[str, Any]:
-    """A block as the trace records it: what it was, never its content."""
-    if isinstance(block, FileBlock):
-        return {
-            "type": "file",
-            "path": block.path,
-            "sha256": block.sha256,
-            "chars": len(block.text or ""),
-            "utf8": block.text is not None,
-            "priority": block.priority,
-            "truncated": block.truncated,
-        }
-    if isinstance(block, SearchBlock):
-        return {"type": "search", "query": block.query, "glob": block.glob, "hits": len(block.hits)}
-    if isinstance(block, LogsBlock):
-        return {"type": "logs", "source": block.source, "chars": len(block.text)}
-    if isinstance(block, EnvBlock):
-        return {"type": "env", "chars": len(block.text)}
-    return {"type": "refused", "request": block.request, "reason": block.reason}
-
-
-def summarize(plan: Plan) -> str:
-    """A summary written from the actions, for a plan that came without one."""
-    parts = [f"{a.kind.value} {a.path}" for a in plan.actions[:10]]
-    more = f" and {len(plan.actions) - 10} more" if len(plan.actions) > 10 else ""
-    return "Changes: " + "; ".join(parts) + more
