@@ -50,6 +50,9 @@ class Rule(NamedTuple):
     replace: Replace
     anchors: tuple[str, ...] | None = None
     """Lowercase literals, one of which must occur in the text; None: always run."""
+    gate: re.Pattern[str] | None = None
+    """A cheap expression the lowercased text must match somewhere for the rule to run
+    (rules whose own expression cannot start with a literal scan slowly over clean text)."""
 
 
 _WORD_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
@@ -199,8 +202,14 @@ _SQ_BODY = r"(?:[^'\\\n]|\\(?!\\{0,3}'))+"
 _BARE_BODY = r"[^\s\"',;&<>)}\]\\]+"
 
 
-def _rule(name: str, pattern: str, replace: Replace, anchors: tuple[str, ...] | None) -> Rule:
-    return Rule(name, re.compile(pattern), replace, anchors)
+def _rule(
+    name: str,
+    pattern: str,
+    replace: Replace,
+    anchors: tuple[str, ...] | None,
+    gate: str | None = None,
+) -> Rule:
+    return Rule(name, re.compile(pattern), replace, anchors, re.compile(gate) if gate else None)
 
 
 BUILTIN_RULES: tuple[Rule, ...] = (
@@ -355,6 +364,7 @@ BUILTIN_RULES: tuple[Rule, ...] = (
         r"(?P<body>[^\s/?#\"'<>\\]{1,512})(?=@)",
         _mask_userinfo,
         ("://",),
+        r"://[^\s/?#\"'<>\\]{1,800}@",
     ),
     _rule(
         "azure-sas-signature",
@@ -382,6 +392,7 @@ BUILTIN_RULES: tuple[Rule, ...] = (
         r"(?P<body>[A-Za-z0-9._~+/=\-]{8,})",
         _mask_bearer,
         ("bearer",),
+        r"bearer[ \t]{1,10}[a-z0-9._~+/=\-]{8}",
     ),
     _rule(
         "netrc",
@@ -415,6 +426,8 @@ BUILTIN_RULES: tuple[Rule, ...] = (
         r"(?P<close>\\{0,3}[\"']|)",
         mask_assignment,
         ("key", "secret", "token", "pass", "pwd"),
+        # How every key name ends, then its separator.
+        r"(?:key|secret|token|password|passwd|passphrase|pwd)[\"'\\]{0,4}[ \t]{0,10}[:=]",
     ),
 )
 """Token families first (their masks keep a prefix), then the assignment-style rules,
@@ -453,12 +466,22 @@ def redact_private_keys(text: str) -> str:
     return "".join(out)
 
 
+_GUARDS = "_-.:="
+
+
 def apply_rules(text: str, rules: tuple[Rule, ...]) -> str:
     """``text`` with each rule applied in turn (a rule whose anchors are absent is skipped)."""
     lowered = text.lower()
+    # Most anchors hold punctuation ("ghp_", "sk-", "://"): one test per character tells
+    # which anchors cannot occur, before one substring test per anchor.
+    missing = frozenset(c for c in _GUARDS if c not in lowered)
     for rule in rules:
         # A substring test is far cheaper than a regex pass over clean text.
-        if rule.anchors is not None and not any(a in lowered for a in rule.anchors):
+        if rule.anchors is not None and not any(
+            missing.isdisjoint(a) and a in lowered for a in rule.anchors
+        ):
+            continue
+        if rule.gate is not None and rule.gate.search(lowered) is None:
             continue
         text = rule.pattern.sub(rule.replace, text)
     return text
