@@ -83,6 +83,17 @@ class Builder(Generic[M]):
         """A new instance with ``values`` (trusted, by field name) and defaults."""
         return self.build(values)
 
+    def build_all(self, values: dict[str, Any]) -> M:
+        """A new instance from a value for every field, in field order (``values`` becomes
+        its dict: do not use it afterwards)."""
+        cls = self._cls
+        instance = cls.__new__(cls)
+        _set(instance, "__dict__", values)
+        _set(instance, "__pydantic_fields_set__", set(values))
+        _set(instance, "__pydantic_extra__", None)
+        _set(instance, "__pydantic_private__", None)
+        return instance
+
     def build(self, values: dict[str, Any]) -> M:
         """A new instance with ``values`` (trusted, by field name; not kept) and defaults."""
         data = self._defaults.copy()

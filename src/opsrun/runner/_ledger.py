@@ -210,7 +210,7 @@ class OperationLedger:
             "debug": e.debug,
         }
         if _trusted(e):
-            record: OperationRun = _RECORD(**values)
+            record: OperationRun = _RECORD.build_all(values)  # every field, in order
             return record
         return OperationRun(**values)
 

@@ -38,7 +38,7 @@ from ._ledger import error_of, redact_error
 if TYPE_CHECKING:
     from opentelemetry.util.types import AttributeValue
 
-__all__ = ["call_main_llm"]
+__all__ = ["MainLlmReply", "call_main_llm"]
 
 _FAILURES: tuple[tuple[type[ProviderError], FinishReason], ...] = (
     (ProviderTimeout, FinishReason.TIMEOUT),
@@ -62,6 +62,19 @@ class _Stream:
     """The error is one a retry may cure (``RateLimited``, ``ProviderTimeout``)."""
     retry_after: float | None = None
     """Seconds the provider asked to wait (``RateLimited.retry_after``)."""
+    whole: str | None = None
+    """The joined parts redacted in one piece, when the stream released them so (every
+    part was held back until the end)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MainLlmReply:
+    """The recorded main LLM call, and its text as the run records it when known."""
+
+    call: MainLlmCall
+    """The call, its text as generated."""
+    redacted_text: str | None = None
+    """``call.text`` redacted, when the stream already redacted it whole; else None."""
 
 
 async def call_main_llm(
@@ -69,7 +82,7 @@ async def call_main_llm(
     emitter: EventEmitter,
     cancellation: Cancellation,
     prompt: EffectivePrompt,
-) -> MainLlmCall:
+) -> MainLlmReply:
     """Send ``prompt`` to the main LLM and return the recorded call.
 
     A transient failure before any text was streamed is retried as
@@ -92,7 +105,8 @@ async def call_main_llm(
     token = tracing.activate(span)
     ended = call
     try:
-        ended = await _generate(ctx, emitter, cancellation, call, request)
+        reply = await _generate(ctx, emitter, cancellation, call, request)
+        ended = reply.call
     finally:
         tracing.deactivate(token)
         tracing.end_llm(
@@ -107,7 +121,7 @@ async def call_main_llm(
             messages=[(m.role, m.content) for m in request.messages],
             reply=ended.text,
         )
-    return ended
+    return reply
 
 
 async def _generate(
@@ -116,7 +130,7 @@ async def _generate(
     cancellation: Cancellation,
     call: MainLlmCall,
     request: MainLlmRequest,
-) -> MainLlmCall:
+) -> MainLlmReply:
     """Stream the reply, with retries; return the call as recorded."""
     emitter.emit(MainLlmStarted)
     calls = 0
@@ -156,20 +170,22 @@ async def _generate(
     done = stream.done
     if error is not None:
         error = redact_error(ctx.redactor, error)
+    streamed = "".join(stream.parts)
+    text = done.text if done is not None else streamed
     call = call.model_copy(
         update={
             "status": status,
             "finish_reason": reason,
             "provider_finish_reason": _provider_reason(done),
             "error": error,
-            "text": done.text if done is not None else "".join(stream.parts),
+            "text": text,
             "usage": done.usage if done else None,
             "attempts": calls,
             "finished_at": ctx.clock.now(),
         }
     )
     emitter.emit(MainLlmFinished, status=status, finish_reason=reason, error=error)
-    return call
+    return MainLlmReply(call, stream.whole if text == streamed else None)
 
 
 _REQUEST_NUMBERS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -295,10 +311,13 @@ async def _stream(
         result.reason = FinishReason.PROVIDER_ERROR
     finally:
         cancellation.unwatch(scope)
+    whole = not result.streamed  # nothing released yet: the flush releases it all
     rest = deltas.flush()
     if rest:
         result.streamed = True
         emitter.emit(MainLlmDelta, text=rest)
+    if whole:
+        result.whole = rest
     return result
 
 

@@ -90,6 +90,8 @@ class RunDriver:
         self._scheduler = Scheduler(ctx, self._ledger, self._cancellation, emitter)
         self._t0 = anyio.current_time()
         self._main_llm = _CALL()
+        self._redacted_text: str | None = None
+        """The main LLM's text redacted, when the stream already redacted it whole."""
         self.run = run
         self.result = _RESULT(run=run)
         self._finished = False
@@ -269,7 +271,8 @@ class RunDriver:
         self._phase(RunPhase.MAIN_LLM)
         await self._turn.refresh()
         prompt = self._staging.effective_prompt(self._turn.history)
-        self._main_llm = await call_main_llm(self._ctx, self._emitter, self._cancellation, prompt)
+        reply = await call_main_llm(self._ctx, self._emitter, self._cancellation, prompt)
+        self._main_llm, self._redacted_text = reply.call, reply.redacted_text
         if self._cancellation.aborted:
             await self._finish_aborted()
             return False
@@ -333,7 +336,12 @@ class RunDriver:
         call = self._main_llm
         if not call.text:
             return call
-        return call.model_copy(update={"text": self._ctx.redactor.redact(call.text)})
+        text = self._redacted_text
+        if text is None:
+            text = self._ctx.redactor.redact(call.text)
+        if text == call.text:
+            return call
+        return call.model_copy(update={"text": text})
 
     def _records(self) -> list[OperationRun]:
         return self._ledger.records(self.run.run_id, self.run.trigger)
