@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -287,3 +288,17 @@ def test_every_emitted_event_name_is_declared() -> None:
     assert emitted <= EVENT_NAMES
     docs = (source.parents[2] / "docs" / "driver.md").read_text(encoding="utf-8")
     assert {name for name in EVENT_NAMES if f"`{name}`" not in docs} == set()
+
+
+def test_event_fields_are_masked(tmp_path: Path) -> None:
+    key = "sk-proj-" + "Zx9Qw8Er7Ty6Ui5Op4As3Df2" * 2
+    events: list[PlanEvent] = []
+    plan = parse_plan(
+        json.dumps({"actions": [{"kind": "CREATE_DIR", "path": "d"}], "summary": "s"})
+    )
+    check = [sys.executable, "-c", f"print('token={key}'); raise SystemExit(2)"]
+    with pytest.raises(ApplyError):
+        apply_plan(plan, tmp_path, check=check, events=events.append)
+    (rollback,) = [e for e in events if e.name == "APPLY_ROLLBACK"]
+    assert key not in str(rollback.fields)
+    assert len(str(rollback.fields["reason"])) <= 200

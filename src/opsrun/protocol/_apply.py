@@ -20,7 +20,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from opsrun._redact import redact_text
-from opsrun.errors import ApplyError, OpsrunError
+from opsrun.errors import ApplyError, OpsrunError, bound_text
 
 from ._events import PlanEventSink, emit
 from ._fs import FileSystem, PathState, Tree
@@ -237,10 +237,10 @@ def apply_plan(
         )
     except _RolledBack as rolled:
         error = rolled.error
-        emit(events, "APPLY_ROLLBACK", code=error.code, reason=error.message[:200])
+        emit(events, "APPLY_ROLLBACK", code=error.code, reason=bound_text(error.message, 200))
         raise error from rolled.__cause__
     except ApplyError as exc:
-        emit(events, "APPLY_FAILED", code=exc.code, reason=exc.message[:200])
+        emit(events, "APPLY_FAILED", code=exc.code, reason=bound_text(exc.message, 200))
         raise
     emit(
         events,

@@ -24,10 +24,7 @@ import anyio
 
 from opsrun._redact import redact_value
 from opsrun._retry import Sleep
-from opsrun.errors import (
-    ConfigError,
-    OpsrunError,
-)
+from opsrun.errors import ConfigError, OpsrunError, bound_text
 from opsrun.ports import LlmProvider, ProviderMessage
 
 from ._apply import ApplyResult, CheckCommand, apply_plan
@@ -490,7 +487,7 @@ class _Turn:
                 "VALIDATION_FAILED",
                 code=outcome.code,
                 stage=outcome.stage,
-                reason=outcome.message[:200],
+                reason=bound_text(outcome.message, 200),
                 count=len(outcome.violations),
             )
             if outcome.fallback and outcome.code in FALLBACK_AT_ONCE:

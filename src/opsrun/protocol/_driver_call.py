@@ -10,7 +10,13 @@ from typing import Any
 import anyio
 
 from opsrun._retry import Backoff, Sleep, call_with_retries
-from opsrun.errors import ProviderError, ProviderTimeout, RateLimited, ResponseFormatRejected
+from opsrun.errors import (
+    ProviderError,
+    ProviderTimeout,
+    RateLimited,
+    ResponseFormatRejected,
+    bound_text,
+)
 from opsrun.model import Samplers
 from opsrun.ports import LlmProvider, LlmRequest, LlmResponse, ProviderMessage, ResponseFormat
 
@@ -82,14 +88,16 @@ class ModelCall:
                 self.emit(
                     "LLM_RESPONSE_FORMAT_FALLBACK",
                     **{"from": level, "to": "none"},
-                    reason=outcome.message[:200],
+                    reason=bound_text(outcome.message, 200),
                 )
                 level = "none"
                 continue
             if isinstance(outcome, ProviderTimeout):
                 self.emit("LLM_REQUEST_TIMEOUT", timeout=self.cfg.timeout)
                 return Rejected("ERR_LLM_TIMEOUT", outcome.message, "llm")
-            self.emit("LLM_REQUEST_FAILED", code=outcome.code, reason=outcome.message[:200])
+            self.emit(
+                "LLM_REQUEST_FAILED", code=outcome.code, reason=bound_text(outcome.message, 200)
+            )
             return Rejected("ERR_LLM_REQUEST_FAILED", f"[{outcome.code}] {outcome.message}", "llm")
 
     def format_level(self) -> str:

@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeAlias
 
+from opsrun._redact import redact_value
+
 __all__ = ["EVENT_NAMES", "PlanEvent", "PlanEventSink", "emit", "log_event"]
 
 EVENT_NAMES: Final = frozenset(
@@ -102,8 +104,9 @@ _WARNINGS: Final = frozenset(
 
 
 def emit(sink: PlanEventSink | None, name: str, trace_id: str | None = None, **fields: Any) -> None:
-    """Send one event to ``sink`` (``log_event`` when None); a failing sink is logged."""
-    event = PlanEvent(name, fields, trace_id)
+    """Send one event to ``sink`` (``log_event`` when None), secrets in its fields masked;
+    a failing sink is logged."""
+    event = PlanEvent(name, redact_value(fields), trace_id)
     try:
         (sink or log_event)(event)
     except Exception:  # a host's sink must not break the protocol
