@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 __all__ = [
+    "added_elision_line",
     "added_lines",
     "count_non_printable",
     "elision_line",
@@ -30,22 +31,32 @@ _WHAT = (
     r"(?:code|file|class|function|module|implementation|methods?|functions?"
     r"|content|logic|imports?|tests?|component|body)"
 )
-_ELISION = re.compile(
+_ELISION_LINE = (
     # A comment (or a bare ellipsis) whose text says code was left out:
     #   // ... existing code ...      # rest of file unchanged
     #   <!-- ...remaining content --> /* previous implementation unchanged */
-    # Anchored on a literal "\n" (the text gets one prepended) so the engine can
-    # skip to line starts; the possessive indent and the look-ahead on the first
-    # character reject ordinary code lines at once. Only the words are case-blind.
-    rf"\n[ \t]*+(?=[-#/*<;%{{.…])(?i:(?:{_COMMENT}[ \t]*{_DOTS}?|{_DOTS})[ \t]*(?:"
-    rf"{_DOTS}?[ \t]*(?:existing|remaining|previous|unchanged|original|same|other)[ \t]+{_WHAT}\b"
+    # Matched from a line's start, after its "\n" (the text gets one prepended) so
+    # the engine can skip to line starts; the possessive indent and the look-ahead on
+    # the first character reject ordinary code lines at once, and the look-ahead on
+    # the first letter of the words ordinary comments. The blanks are possessive as
+    # nothing after them starts with a blank. Only the words are case-blind. Nothing
+    # in it matches a line break: a match stays on its line.
+    rf"[ \t]*+(?=[-#/*<;%{{.…])(?i:(?:{_COMMENT}[ \t]*+{_DOTS}?|{_DOTS})[ \t]*+"
+    rf"(?=[.…erpuostcfmilba])(?:"
+    rf"{_DOTS}?[ \t]*+(?:existing|remaining|previous|unchanged|original|same|other)[ \t]+{_WHAT}\b"
     rf"|(?:the[ \t]+)?(?:rest|remainder)[ \t]+of[ \t]+(?:the[ \t]+)?{_WHAT}\b"
     rf"|{_WHAT}[ \t]+(?:unchanged|omitted|elided|truncated|remains?[ \t]+(?:the[ \t]+)?same)\b"
     rf"|(?:omitted|truncated)[ \t]+for[ \t]+brevity\b"
     rf"|(?:everything|all)[ \t]+else[ \t]+(?:unchanged|stays|remains)\b"
     rf"|unchanged[ \t]*{_DOTS}"
-    r"))",
+    r"))"
 )
+_ELISION = re.compile(r"\n" + _ELISION_LINE)
+# The same, on the "+" lines of a unified diff ("+++" headers excluded), read in place.
+_ADDED_ELISION = re.compile(r"\n\+(?!\+\+)" + _ELISION_LINE)
+# Line boundaries of str.splitlines other than "\n": a diff holding one is split the slow way.
+_OTHER_LINE_BREAKS = ("\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e")
+_OTHER_NON_ASCII_LINE_BREAKS = ("\x85", "\u2028", "\u2029")
 
 
 def utf8(text: str) -> bytes:
@@ -79,6 +90,24 @@ def added_lines(patch: str) -> str:
         for line in patch.splitlines()
         if line.startswith("+") and not line.startswith("+++")
     )
+
+
+def added_elision_line(patch: str) -> str | None:
+    """Return ``elision_line(added_lines(patch))``: the first ``+`` line that elides code.
+
+    Scans the diff in place when ``"\\n"`` is its only kind of line break (then its
+    ``+`` lines are exactly those ``added_lines`` joins), without building their text.
+    """
+    if any(c in patch for c in _OTHER_LINE_BREAKS) or (
+        not patch.isascii() and any(c in patch for c in _OTHER_NON_ASCII_LINE_BREAKS)
+    ):
+        return elision_line(added_lines(patch))
+    match = _ADDED_ELISION.search("\n" + patch)
+    if match is None:
+        return None
+    start = match.start() + 1  # after the "+" (the prepended "\n" shifts by one)
+    end = patch.find("\n", start)
+    return patch[start : end if end != -1 else len(patch)].strip()
 
 
 def looks_like_unified_diff(patch: str) -> bool:

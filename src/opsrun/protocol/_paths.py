@@ -14,6 +14,7 @@ from __future__ import annotations
 import fnmatch
 import re
 import unicodedata
+from collections.abc import Callable
 from functools import lru_cache
 
 from ._limits import PathPolicy, PlanLimits
@@ -116,6 +117,28 @@ def _segment_rules(
             found.setdefault("ERR_PATH_NOT_PORTABLE", problem)
 
 
+# A segment made of ASCII letters, digits, "_", "-" and inner dots (one leading dot
+# allowed), that is no Windows device name: it breaks none of the segment rules.
+_CLEAN_SEGMENT = (
+    r"(?!(?:CON|PRN|AUX|NUL|COM[1-9]|LPT[1-9])(?:\.|/|\Z))"
+    r"\.?[A-Za-z0-9_\-](?:[A-Za-z0-9_.\-]*[A-Za-z0-9_\-])?"
+)
+
+
+@lru_cache(maxsize=64)
+def _clean_path(reserved_dirs: tuple[str, ...]) -> Callable[[str], object]:
+    """A matcher for paths that provably break no lexical rule (``None`` means: check them).
+
+    Such a path is ASCII (so its NFKC form is itself), relative, without drive, home,
+    empty, dot, reserved or non-portable segments, and no segment is a reserved
+    directory (compared case-insensitively, like ``casefold`` on ASCII).
+    """
+    reserved = "|".join(re.escape(d.casefold()) for d in sorted(set(reserved_dirs)))
+    guard = rf"(?!(?:{reserved})(?:/|\Z))" if reserved_dirs else ""
+    segment = guard + _CLEAN_SEGMENT
+    return re.compile(rf"{segment}(?:/{segment})*/?", re.ASCII | re.IGNORECASE).fullmatch
+
+
 def path_codes(path: str, limits: PlanLimits, policy: PathPolicy) -> dict[str, str]:
     """Return ``{code: message}`` for every lexical rule ``path`` breaks (empty when safe).
 
@@ -124,10 +147,14 @@ def path_codes(path: str, limits: PlanLimits, policy: PathPolicy) -> dict[str, s
     outside it. Protected paths depend on the action and are checked elsewhere.
     Never raises.
     """
-    found = _lexical(path, limits, policy.reserved_dirs)
-    if "ERR_PATH_EMPTY" in found:
-        return found
-    folded = unicodedata.normalize("NFKC", path)
+    if len(path) <= limits.max_path_len and _clean_path(policy.reserved_dirs)(path) is not None:
+        found: dict[str, str] = {}
+        folded = path  # ASCII: already in NFKC form
+    else:
+        found = _lexical(path, limits, policy.reserved_dirs)
+        if "ERR_PATH_EMPTY" in found:
+            return found
+        folded = unicodedata.normalize("NFKC", path)
     if folded != path:
         for code, message in _lexical(folded, limits, policy.reserved_dirs).items():
             found.setdefault(code, f"{message} (after Unicode NFKC normalisation)")
@@ -173,6 +200,36 @@ def _glob(pattern: str) -> re.Pattern[str]:
     return re.compile(fnmatch.translate(pattern.casefold()))
 
 
+_Matcher = Callable[[str], object]
+
+
+def _any_of(globs: list[str]) -> _Matcher | None:
+    """One matcher for several globs: it matches where any of them matches."""
+    if not globs:
+        return None
+    return re.compile("|".join(f"(?:{_glob(g).pattern})" for g in globs)).match
+
+
+@lru_cache(maxsize=64)
+def _protected_matchers(
+    patterns: tuple[str, ...],
+) -> tuple[_Matcher | None, _Matcher | None, _Matcher | None]:
+    """Matchers for segments, parent directories and whole paths, each joining the
+    patterns of its shape: whether any pattern matches a path, in one pass per segment."""
+    segment: list[str] = []
+    parent: list[str] = []
+    whole: list[str] = []
+    for pattern in patterns:
+        core = pattern.strip("/")
+        if core.startswith("**/") and core.endswith("/**"):
+            parent.append(core[3:-3])
+        elif "/" not in core:
+            segment.append(core)
+        else:
+            whole.append(core)
+    return _any_of(segment), _any_of(parent), _any_of(whole)
+
+
 def protected_match(path: str, patterns: tuple[str, ...], *, is_dir: bool = False) -> str | None:
     """Return the protected pattern ``path`` matches, or ``None``.
 
@@ -181,9 +238,20 @@ def protected_match(path: str, patterns: tuple[str, ...], *, is_dir: bool = Fals
     anything under a directory called ``name`` (and, for a directory path, the
     directory itself). Never raises.
     """
-    segments = [s.casefold() for s in _split(unicodedata.normalize("NFKC", path)) if s]
+    if path.isascii():  # NFKC keeps ASCII as it is, and casefold is lower
+        segments = [s for s in path.lower().replace("\\", "/").split("/") if s]
+    else:
+        segments = [s.casefold() for s in _split(unicodedata.normalize("NFKC", path)) if s]
     if not segments:
         return None
+    in_segment, in_parent, in_whole = _protected_matchers(patterns)
+    if not (
+        (in_segment is not None and any(map(in_segment, segments)))
+        or (in_parent is not None and any(map(in_parent, segments if is_dir else segments[:-1])))
+        or (in_whole is not None and in_whole("/".join(segments)))
+    ):
+        return None
+    # Some pattern matches: find the first one, in the policy's order.
     for pattern in patterns:
         core = pattern.strip("/")
         if core.startswith("**/") and core.endswith("/**"):

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import unicodedata
+from bisect import bisect_left
 from collections.abc import Callable, Collection
 from typing import Literal
 
 from ._content import (
-    added_lines,
+    added_elision_line,
     count_non_printable,
     elision_line,
     is_sha256_hex,
@@ -57,9 +58,24 @@ _ALLOWED_FIELDS: dict[ActionKind, frozenset[str]] = {
     _K.DELETE_DIR: frozenset(),
 }
 _OPTIONAL_FIELDS = ("content", "patch", "base_sha256", "start_line", "end_line")
+# The optional fields each kind must not carry, in the order they are reported.
+_FORBIDDEN_FIELDS: dict[ActionKind, tuple[str, ...]] = {
+    kind: tuple(name for name in _OPTIONAL_FIELDS if name not in allowed)
+    for kind, allowed in _ALLOWED_FIELDS.items()
+}
+_V1_FORBIDDEN_FIELDS = tuple(name for name in _OPTIONAL_FIELDS if name != "content")
+# Members read once: looking one up on the enum class costs more than the test itself.
+_CREATE_FILE = _K.CREATE_FILE
+_PATCH_FILE = _K.PATCH_FILE
+_REPLACE_RANGE = _K.REPLACE_RANGE
+_DELETE_DIR = _K.DELETE_DIR
+_BASED_KINDS = frozenset({_PATCH_FILE, _REPLACE_RANGE})
 _DELETE_KINDS = frozenset({_K.DELETE_FILE, _K.DELETE_DIR})
+_PAYLOAD_KINDS = CONTENT_KINDS | {_K.PATCH_FILE}
+_PROTECTED_KINDS = EDIT_KINDS | _DELETE_KINDS
 _DIR_KINDS = frozenset({_K.CREATE_DIR, _K.DELETE_DIR})
 _IDEMPOTENT = frozenset({_K.CREATE_DIR, _K.DELETE_DIR, _K.DELETE_FILE})
+_FILE_WRITE_KINDS = frozenset(ActionKind) - _DIR_KINDS - _DELETE_KINDS
 _UNSAFE_GLOB_CODES = frozenset(
     {"ERR_PATH_ABSOLUTE", "ERR_PATH_UNC", "ERR_PATH_DRIVE", "ERR_PATH_HOME", "ERR_PATH_TRAVERSAL"}
 )
@@ -110,6 +126,28 @@ def validate_plan(
         return [Violation(code="ERR_VALIDATION_INTERNAL", message=f"validation failed: {exc!r}")]
 
 
+def _spelled(path: str) -> str:
+    """A path as written, with ``\\`` as ``/`` and no trailing ``/``."""
+    return "/".join(path_segments(path))
+
+
+def _any_inside(parents: Collection[str], keys: list[str], lexically_ok: list[bool]) -> bool:
+    """Whether a lexically safe action's key lies strictly inside one of ``parents``.
+
+    Keys under ``p/`` are contiguous in sorted order, starting where ``p/`` would go, so
+    one binary search per parent answers it.
+    """
+    if not parents:
+        return False
+    ordered = sorted(key for key, ok in zip(keys, lexically_ok, strict=True) if ok)
+    for parent in parents:
+        prefix = parent + "/"
+        at = bisect_left(ordered, prefix)
+        if at < len(ordered) and ordered[at].startswith(prefix):
+            return True
+    return False
+
+
 class _Run:
     def __init__(
         self,
@@ -126,6 +164,7 @@ class _Run:
         self.read = None if read_paths is None else {_read_key(p) for p in read_paths}
         self.limits = limits
         self.policy = policy
+        self.version = plan.version
         self.out: list[Violation] = []
 
     def add(
@@ -150,11 +189,18 @@ class _Run:
     def run(self) -> list[Violation]:
         self._plan_level()
         total = 0
+        unsized: list[str] = []
         lexically_ok: list[bool] = []
         for index, action in enumerate(self.plan.actions):
             ok, size = self._action(index, action)
             lexically_ok.append(ok)
-            total += size
+            if isinstance(size, str):
+                unsized.append(size)
+            else:
+                total += size
+        # Below the bound of 4 bytes a character the exact total cannot break the limit.
+        if unsized and total + 4 * sum(map(len, unsized)) > self.limits.max_total_content_bytes:
+            total += sum(len(utf8(text)) for text in unsized)
         if total > self.limits.max_total_content_bytes:
             self.add(
                 "ERR_CONTENT_TOO_LARGE",
@@ -207,38 +253,42 @@ class _Run:
                 f"an APPLY answer without actions needs a summary starting {NO_CHANGES_PREFIX!r}",
             )
 
-    def _action(self, index: int, action: Action) -> tuple[bool, int]:
-        """Check one action's own rules; return (path is lexically safe, payload bytes)."""
+    def _action(self, index: int, action: Action) -> tuple[bool, int | str]:
+        """Check one action's own rules.
+
+        Returns whether the path is lexically safe, and the payload's UTF-8 size or, when
+        that was not needed yet, the payload itself.
+        """
         path = action.path
         kind = action.kind
+        version = self.version
+        policy = self.policy
 
         def add(code: str, message: str) -> None:
             self.add(code, message, path=path, index=index)
 
-        codes = path_codes(path, self.limits, self.policy)
-        for code, message in codes.items():
-            add(code, message)
-        if self.plan.version == 1 and kind in V2_ONLY_KINDS:
+        codes = path_codes(path, self.limits, policy)
+        if codes:
+            for code, message in codes.items():
+                add(code, message)
+        if version == 1 and kind in V2_ONLY_KINDS:
             add("ERR_KIND_NOT_IN_VERSION", f"{kind.value} needs protocol v2")
-        allowed = _ALLOWED_FIELDS[kind] if self.plan.version == 2 else frozenset({"content"})
-        for name in _OPTIONAL_FIELDS:
-            if getattr(action, name) is not None and name not in allowed:
-                if self.plan.version == 1 and name == "content":
-                    continue
+        for name in _FORBIDDEN_FIELDS[kind] if version == 2 else _V1_FORBIDDEN_FIELDS:
+            if getattr(action, name) is not None:
                 add("ERR_FIELD_NOT_ALLOWED", f"{kind.value} must not carry {name}")
-        self._required_fields(action, add)
-        size = self._payload(action, add)
-        if kind in EDIT_KINDS or kind in _DELETE_KINDS:
-            pattern = protected_match(path, self.policy.protected, is_dir=kind is _K.DELETE_DIR)
+        self._required_fields(action, kind, add)
+        size = self._payload(action, kind, add) if kind in _PAYLOAD_KINDS else 0
+        if kind in _PROTECTED_KINDS:
+            pattern = protected_match(path, policy.protected, is_dir=kind is _DELETE_DIR)
             if pattern is not None:
                 add("ERR_PROTECTED_PATH", f"{kind.value} of a protected path ({pattern})")
-        if kind not in _DIR_KINDS and kind not in _DELETE_KINDS and not codes:
-            problem = whitelist_file_problem(path, self.policy)
+        if policy.use_whitelist and kind in _FILE_WRITE_KINDS and not codes:
+            problem = whitelist_file_problem(path, policy)
             if problem is not None:
                 add("ERR_FORBIDDEN_PATH", problem)
         if (
-            self.mode == "apply"
-            and self.read is not None
+            self.read is not None
+            and self.mode == "apply"
             and kind in EDIT_KINDS
             and not codes
             and _read_key(path) not in self.read
@@ -246,76 +296,89 @@ class _Run:
             add("ERR_UPDATE_WITHOUT_BASE", f"{kind.value} of a file that was not read in PLAN")
         return not codes, size
 
-    def _required_fields(self, action: Action, add: _Add) -> None:
-        kind = action.kind
+    def _required_fields(self, action: Action, kind: ActionKind, add: _Add) -> None:
         if kind in CONTENT_KINDS and action.content is None:
             add("ERR_CONTENT_REQUIRED", f"{kind.value} needs content")
-        if kind is _K.PATCH_FILE:
+        base_sha256 = action.base_sha256
+        if kind is _PATCH_FILE:
             if action.patch is None:
                 add("ERR_CONTENT_REQUIRED", "PATCH_FILE needs patch")
             elif not looks_like_unified_diff(action.patch):
                 add("ERR_PATCH_NOT_UNIFIED", "patch has no '@@ -a,b +c,d @@' hunk header")
-        if action.base_sha256 is not None and not is_sha256_hex(action.base_sha256):
+        if base_sha256 is not None and not is_sha256_hex(base_sha256):
             add("ERR_BASE_SHA256_INVALID", "base_sha256 must be 64 hexadecimal digits")
-        if (
-            self.plan.version == 2
-            and kind in (_K.PATCH_FILE, _K.REPLACE_RANGE)
-            and action.base_sha256 is None
-        ):
+        if self.version == 2 and kind in _BASED_KINDS and base_sha256 is None:
             add("ERR_BASE_SHA256_REQUIRED", f"{kind.value} needs base_sha256")
-        if kind is _K.REPLACE_RANGE:
+        if kind is _REPLACE_RANGE:
             start, end = action.start_line, action.end_line
             if start is None or end is None:
                 add("ERR_RANGE_INVALID", "REPLACE_RANGE needs start_line and end_line")
             elif start < 1 or end < start:
                 add("ERR_RANGE_INVALID", f"line range {start}..{end} is not 1 <= start <= end")
 
-    def _payload(self, action: Action, add: _Add) -> int:
-        """Check content / patch text; return its UTF-8 size."""
-        text = action.patch if action.kind is _K.PATCH_FILE else action.content
-        if text is None or action.kind not in CONTENT_KINDS | {_K.PATCH_FILE}:
+    def _payload(self, action: Action, kind: ActionKind, add: _Add) -> int | str:
+        """Check content / patch text (of a kind that carries one).
+
+        Returns its UTF-8 size, or the text when that size was not needed yet.
+        """
+        text = action.patch if kind is _PATCH_FILE else action.content
+        if text is None:
             return 0
-        data = utf8(text)
-        size = len(data)
-        if size > self.limits.max_file_bytes:
+        limits = self.limits
+        # The UTF-8 size is len(text) for ASCII and at most 4 bytes a character; encode
+        # only when the per-action limit or the binary ratio needs the exact number.
+        size = len(text) if text.isascii() else None
+        if size is None and 4 * len(text) > limits.max_file_bytes:
+            size = len(utf8(text))
+        if size is not None and size > limits.max_file_bytes:
             add(
                 "ERR_FILE_TOO_LARGE",
-                f"{size} bytes in one action; the limit is {self.limits.max_file_bytes}",
+                f"{size} bytes in one action; the limit is {limits.max_file_bytes}",
             )
+        # NUL, C0 controls and DEL are ASCII, and UTF-8 bytes >= 0x80 count as printable:
+        # Latin-1 bytes (dropping what Latin-1 cannot hold) have the same NUL and count.
+        data = text.encode("latin-1", "ignore")
         if b"\0" in data:
             add("ERR_CONTENT_NUL", "content contains a NUL byte")
-        elif size and count_non_printable(data) > size * self.limits.pseudo_binary_ratio:
-            add("ERR_PSEUDO_BINARY", "content looks binary (too many control characters)")
-        check_elision = self.policy.check_elided_content and (
-            action.kind in EDIT_KINDS
-            or (action.kind is _K.CREATE_FILE and self.policy.check_elided_in_creates)
-        )
-        if check_elision:
-            scanned = added_lines(text) if action.kind is _K.PATCH_FILE else text
-            line = elision_line(scanned)
+        elif text:
+            binary = count_non_printable(data)
+            if binary:
+                if size is None:
+                    size = len(utf8(text))
+                if binary > size * limits.pseudo_binary_ratio:
+                    add("ERR_PSEUDO_BINARY", "content looks binary (too many control characters)")
+        policy = self.policy
+        if policy.check_elided_content and (
+            kind in EDIT_KINDS or (kind is _CREATE_FILE and policy.check_elided_in_creates)
+        ):
+            line = added_elision_line(text) if kind is _PATCH_FILE else elision_line(text)
             if line is not None:
                 add("ERR_ELIDED_CONTENT", f"new text elides code with a placeholder: {line[:80]!r}")
-        return size
+        return text if size is None else size
 
     def _conflicts(self, lexically_ok: list[bool]) -> None:
-        files, deleted_dirs = self._same_path_conflicts(lexically_ok)
-        self._nested_conflicts(lexically_ok, files, deleted_dirs)
+        keys = [
+            collision_key(action.path) if ok else ""
+            for action, ok in zip(self.plan.actions, lexically_ok, strict=True)
+        ]
+        files, deleted_dirs = self._same_path_conflicts(lexically_ok, keys)
+        if _any_inside(files.keys() | deleted_dirs.keys(), keys, lexically_ok):
+            self._nested_conflicts(lexically_ok, keys, files, deleted_dirs)
 
     def _same_path_conflicts(
-        self, lexically_ok: list[bool]
+        self, lexically_ok: list[bool], keys: list[str]
     ) -> tuple[dict[str, int], dict[str, int]]:
         """Report actions on one path; return the file paths and deleted directories by key."""
-        seen: dict[str, tuple[int, Action, str]] = {}
+        seen: dict[str, tuple[int, Action]] = {}
         files: dict[str, int] = {}
         deleted_dirs: dict[str, int] = {}
         for index, action in enumerate(self.plan.actions):
             if not lexically_ok[index]:
                 continue
-            key = collision_key(action.path)
-            spelled = "/".join(path_segments(action.path))
+            key = keys[index]
             if key in seen:
-                first, other, other_spelled = seen[key]
-                if spelled != other_spelled:
+                first, other = seen[key]
+                if _spelled(action.path) != _spelled(other.path):
                     self.add(
                         "ERR_PATH_COLLISION",
                         f"path collides with action {first} ({other.path!r}) after Unicode "
@@ -332,7 +395,7 @@ class _Run:
                         index=index,
                     )
                 continue
-            seen[key] = (index, action, spelled)
+            seen[key] = (index, action)
             if action.kind not in _DIR_KINDS:
                 files[key] = index
             elif action.kind is _K.DELETE_DIR:
@@ -340,14 +403,18 @@ class _Run:
         return files, deleted_dirs
 
     def _nested_conflicts(
-        self, lexically_ok: list[bool], files: dict[str, int], deleted_dirs: dict[str, int]
+        self,
+        lexically_ok: list[bool],
+        keys: list[str],
+        files: dict[str, int],
+        deleted_dirs: dict[str, int],
     ) -> None:
         """Report actions inside a path another action writes as a file or deletes."""
         actions = self.plan.actions
         for index, action in enumerate(actions):
             if not lexically_ok[index]:
                 continue
-            parts = collision_key(action.path).split("/")
+            parts = keys[index].split("/")
             for depth in range(1, len(parts)):
                 parent = "/".join(parts[:depth])
                 if parent in files:
