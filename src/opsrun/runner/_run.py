@@ -40,6 +40,7 @@ from ..model._build import Builder
 from ..operations import OperationCatalog, RunMeta
 from ..ports import RunStore
 from ._context import Cancellation, RunContext
+from ._eager import drive, start
 from ._events import EventEmitter
 from ._ledger import OperationLedger, OpExec
 from ._main_llm import call_main_llm
@@ -118,13 +119,22 @@ class RunDriver:
         try:
             # One helper task delivers queued events, renews the lease and watches the
             # deadline; it ends on its own once the phases are over and the queue is
-            # delivered (no cancellation, no leftover cycle).
+            # delivered (no cancellation, no leftover cycle). It is needed only once the
+            # run waits: the phases start eagerly (see ``_eager``), and a run that never
+            # suspends (nothing in its stores, operations or main LLM waited) has no
+            # helper; what it queued is delivered when the phases are over.
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self._helper)
+                self._scheduler.tasks = tg
                 try:
-                    await self._phases()
+                    started = start(self._phases())
+                    if started is not None:
+                        tg.start_soon(self._helper)
+                        await drive(started)
                 finally:
+                    self._scheduler.tasks = None
                     self._emitter.close()
+            if self._emitter.pending:
+                await self._emitter.flush()
         except anyio.get_cancelled_exc_class():
             if not self._finished:
                 self._ctx.abort.abort("cancelled")

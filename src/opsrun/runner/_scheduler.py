@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.lowlevel
+from anyio.abc import TaskGroup
 
 from .._logs import enter_operation
 from ..errors import OperationFailed
@@ -61,6 +62,17 @@ class HookView:
     """The turn's host data, read-only."""
 
 
+class _Spawned:
+    """The operations of a hook that run as tasks: how many are still running."""
+
+    __slots__ = ("ended", "left")
+
+    def __init__(self, count: int) -> None:
+        self.left = count
+        self.ended = anyio.Event()
+        """Set once every one of them ended."""
+
+
 class Scheduler:
     """Executes the operations of one hook of a run."""
 
@@ -75,6 +87,9 @@ class Scheduler:
         self._ledger = ledger
         self._cancellation = cancellation
         self._emitter = emitter
+        self.tasks: TaskGroup | None = None
+        """The run's task group (set while the run's phases go on): operations that run
+        concurrently become its tasks."""
 
     async def run_hook(self, hook: Hook, view: HookView) -> None:
         """Execute every planned operation of ``hook``; returns when all are terminal."""
@@ -107,24 +122,69 @@ class Scheduler:
         """Start every operation in order, each as in a task of its own (see ``_eager``).
 
         Operations that end without suspending need no task; the first one that
-        suspends is driven by this task while the rest get a task each.
+        suspends is driven by this task while the rest become tasks of the run's task
+        group (``tasks``), and this one waits until they ended.
         """
         shared = MappingProxyType(dict(view.base))
-        # The task group is entered first, so the cancel scopes an operation enters in
-        # its first steps nest inside it, in this task, as a task of the group would.
-        async with anyio.create_task_group() as tg:
-            # An abort cancels this scope: every operation of the hook stops at its next
-            # await and is marked aborted when the run finishes. Per-operation scopes
-            # exist only for operations with a timeout, which keeps the common path cheap.
-            self._cancellation.watch(tg.cancel_scope)
-            for index, e in enumerate(pending):
-                started = start(self._run_one(e, by_id, view, shared))
-                if started is not None:
-                    for later in pending[index + 1 :]:
-                        tg.start_soon(self._run_one, later, by_id, view, shared)
-                    await drive(started)
-                    break
-        self._cancellation.unwatch(tg.cancel_scope)
+        # An abort cancels this scope and those of the hook's tasks: every operation
+        # stops at its next await and is marked aborted when the run finishes.
+        # Per-operation scopes exist only for operations with a timeout.
+        scope = anyio.CancelScope()
+        self._cancellation.watch(scope)
+        spawned: _Spawned | None = None
+        try:
+            with scope:
+                for index, e in enumerate(pending):
+                    started = start(self._run_one(e, by_id, view, shared))
+                    if started is not None:
+                        later = pending[index + 1 :]
+                        if later:
+                            spawned = self._spawn(later, by_id, view, shared)
+                        await drive(started)
+                        break
+                if spawned is not None:
+                    await spawned.ended.wait()
+            if spawned is not None and not spawned.ended.is_set():
+                # Aborted: the hook's tasks were cancelled too; they end at their next
+                # await (a thread cannot be cancelled, and is waited for).
+                with anyio.CancelScope(shield=True):
+                    await spawned.ended.wait()
+        finally:
+            self._cancellation.unwatch(scope)
+
+    def _spawn(
+        self,
+        operations: list[OpExec],
+        by_id: dict[str, OpExec],
+        view: HookView,
+        artifacts: Mapping[str, Artifact],
+    ) -> _Spawned:
+        """Start ``operations`` as tasks of the run's task group."""
+        assert self.tasks is not None, "the run's task group is open while hooks run"
+        spawned = _Spawned(len(operations))
+        for e in operations:
+            self.tasks.start_soon(self._run_task, e, by_id, view, artifacts, spawned)
+        return spawned
+
+    async def _run_task(
+        self,
+        e: OpExec,
+        by_id: dict[str, OpExec],
+        view: HookView,
+        artifacts: Mapping[str, Artifact],
+        spawned: _Spawned,
+    ) -> None:
+        """Run one operation in a task of its own, under a scope the run's abort cancels."""
+        scope = anyio.CancelScope()
+        self._cancellation.watch(scope)
+        try:
+            with scope:
+                await self._run_one(e, by_id, view, artifacts)
+        finally:
+            self._cancellation.unwatch(scope)
+            spawned.left -= 1
+            if not spawned.left:
+                spawned.ended.set()
 
     async def _run_one(
         self,
