@@ -35,7 +35,10 @@ from opsrun.protocol._fscheck import check_action_on_disk, check_journal_dir
 from opsrun.protocol._limits import PathPolicy, PlanLimits, Violation
 from opsrun.protocol._memory import check_memory_patch
 from opsrun.protocol._paths import (
+    clean_keys,
+    clean_paths,
     collision_key,
+    may_be_protected,
     path_codes,
     path_segments,
     protected_match,
@@ -675,7 +678,41 @@ PATH_TOKENS = [
     "𝒂",
     "\ud800",
 ]
+PLAIN_SEGMENTS = [
+    "src",
+    "a",
+    "B",
+    "x.py",
+    ".github",
+    "a.b.c",
+    "-x",
+    "_",
+    "k",
+    "con",
+    "Aux.txt",
+    "lpt1",
+    "com0",
+    "nul2",
+    ".git",
+    ".Opsrun",
+    "Build",
+    "build",
+    "id_rsa.pub",
+    "secrets",
+    "x.pem",
+    "a.",
+    ".",
+    "..",
+    "a..b",
+    "...",
+]
+# Mostly the plain ASCII shape the one-pass checks accept, with near misses.
+plain_paths = st.tuples(
+    st.lists(st.sampled_from(PLAIN_SEGMENTS), min_size=1, max_size=5).map("/".join),
+    st.sampled_from(["", "", "", "/", "\n", "//", "\\"]),
+).map("".join)
 paths = st.one_of(
+    plain_paths,
     st.lists(st.sampled_from(PATH_TOKENS), max_size=12).map("".join),
     st.text(max_size=20),
     st.sampled_from(["a", "a/b", "A/B", "a/b/c", "a\\b", "ａ/b", "café", "cafe\u0301", "a/", "b"]),
@@ -810,7 +847,9 @@ actions = st.builds(
     path=paths,
     content=st.none() | contents,
     patch=st.none() | patches,
-    base_sha256=st.sampled_from([None, "0" * 64, "A" * 64, "x"]),
+    base_sha256=st.sampled_from(
+        [None, "0" * 64, "A" * 64, "x", "f" * 63, "f" * 65, "g" * 64, "٠" * 64, " " + "a" * 63]
+    ),
     start_line=st.none() | st.integers(-1, 4),
     end_line=st.none() | st.integers(-1, 4),
 )
@@ -824,10 +863,19 @@ context_requests = st.builds(
     start_line=st.none() | st.integers(-1, 3),
     end_line=st.none() | st.integers(-1, 3),
 )
+plain_actions = st.builds(
+    Action,
+    kind=st.sampled_from(list(ActionKind)),
+    path=plain_paths,
+    content=st.none() | contents,
+    patch=st.none() | patches,
+)
 plans = st.builds(
     Plan,
     version=st.sampled_from([1, 2]),
-    actions=st.lists(actions, max_size=8).map(tuple),
+    actions=st.one_of(st.lists(actions, max_size=8), st.lists(plain_actions, max_size=8)).map(
+        tuple
+    ),
     summary=st.none() | st.sampled_from(["", "s", "NO_CHANGES: none"]),
     context_requests=st.lists(context_requests, max_size=2).map(tuple),
 )
@@ -848,6 +896,34 @@ def test_protected_match_agrees(path: str, protected: tuple[str, ...], is_dir: b
     assert protected_match(path, protected, is_dir=is_dir) == ref_protected_match(
         path, protected, is_dir=is_dir
     )
+
+
+@settings(max_examples=400)
+@given(st.lists(paths, max_size=6), policies, limits)
+def test_one_pass_path_facts_agree(
+    many: list[str], policy: PathPolicy, plan_limits: PlanLimits
+) -> None:
+    if clean_paths(many, plan_limits, policy):
+        assert all(ref_path_codes(p, plan_limits, policy) == {} for p in many)
+        assert clean_keys(many) == [collision_key(p) for p in many]
+    if not may_be_protected(many, policy.protected):
+        for is_dir in (False, True):
+            assert all(
+                ref_protected_match(p, policy.protected, is_dir=is_dir) is None for p in many
+            )
+
+
+def test_one_pass_path_facts_see_each_path() -> None:
+    policy, plan_limits = PathPolicy(), PlanLimits(max_path_len=5)
+    assert clean_paths(["src", "a/b.py", "docs/"], PlanLimits(), policy)
+    assert not clean_paths([], plan_limits, policy)
+    assert not clean_paths(["a\nCON"], plan_limits, policy)
+    assert not clean_paths(["ok", "a\n.git"], plan_limits, policy)
+    assert not clean_paths(["ok", "abcdef"], plan_limits, policy)
+    assert not clean_paths(["ok", "a"], plan_limits, PathPolicy(forbidden_prefixes=("x",)))
+    assert may_be_protected(["ok", "a/.env"], policy.protected)
+    assert may_be_protected(["ok", "ａ/x"], policy.protected)
+    assert not may_be_protected(["ok", "src/app.py"], policy.protected)
 
 
 @pytest.mark.parametrize("path", CORPUS)

@@ -22,7 +22,7 @@ __all__ = [
 # Bytes counted as printable: TAB, LF, CR, ASCII 0x20–0x7E and every byte ≥ 0x80
 # (UTF-8 sequences of non-ASCII characters). What is left are C0 controls and DEL.
 _PRINTABLE = bytes([9, 10, 13, *range(0x20, 0x7F), *range(0x80, 0x100)])
-_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
+_HEX_DIGITS = "0123456789abcdefABCDEF"
 _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@", re.MULTILINE)
 
 _COMMENT = r"(?:#|//|/\*+|\*|<!--|--|;|%|\{/\*)"
@@ -54,9 +54,6 @@ _ELISION_LINE = (
 _ELISION = re.compile(r"\n" + _ELISION_LINE)
 # The same, on the "+" lines of a unified diff ("+++" headers excluded), read in place.
 _ADDED_ELISION = re.compile(r"\n\+(?!\+\+)" + _ELISION_LINE)
-# Line boundaries of str.splitlines other than "\n": a diff holding one is split the slow way.
-_OTHER_LINE_BREAKS = ("\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e")
-_OTHER_NON_ASCII_LINE_BREAKS = ("\x85", "\u2028", "\u2029")
 
 
 def utf8(text: str) -> bytes:
@@ -96,10 +93,17 @@ def added_elision_line(patch: str) -> str | None:
     """Return ``elision_line(added_lines(patch))``: the first ``+`` line that elides code.
 
     Scans the diff in place when ``"\\n"`` is its only kind of line break (then its
-    ``+`` lines are exactly those ``added_lines`` joins), without building their text.
+    ``+`` lines are exactly those ``added_lines`` joins), without building their text;
+    a diff holding another line break of ``str.splitlines`` is split the slow way.
     """
-    if any(c in patch for c in _OTHER_LINE_BREAKS) or (
-        not patch.isascii() and any(c in patch for c in _OTHER_NON_ASCII_LINE_BREAKS)
+    if (
+        "\r" in patch
+        or "\x0b" in patch
+        or "\x0c" in patch
+        or "\x1c" in patch
+        or "\x1d" in patch
+        or "\x1e" in patch
+        or (not patch.isascii() and ("\x85" in patch or "\u2028" in patch or "\u2029" in patch))
     ):
         return elision_line(added_lines(patch))
     match = _ADDED_ELISION.search("\n" + patch)
@@ -117,4 +121,4 @@ def looks_like_unified_diff(patch: str) -> bool:
 
 def is_sha256_hex(value: str) -> bool:
     """Whether ``value`` is exactly 64 hexadecimal digits (either case)."""
-    return _SHA256.fullmatch(value) is not None
+    return len(value) == 64 and not value.strip(_HEX_DIGITS)

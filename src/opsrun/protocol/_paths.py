@@ -14,7 +14,7 @@ from __future__ import annotations
 import fnmatch
 import re
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 from ._limits import PathPolicy, PlanLimits
@@ -117,26 +117,55 @@ def _segment_rules(
             found.setdefault("ERR_PATH_NOT_PORTABLE", problem)
 
 
-# A segment made of ASCII letters, digits, "_", "-" and inner dots (one leading dot
-# allowed), that is no Windows device name: it breaks none of the segment rules.
-_CLEAN_SEGMENT = (
-    r"(?!(?:CON|PRN|AUX|NUL|COM[1-9]|LPT[1-9])(?:\.|/|\Z))"
-    r"\.?[A-Za-z0-9_\-](?:[A-Za-z0-9_.\-]*[A-Za-z0-9_\-])?"
-)
+# A segment made of ASCII letters, digits, "_", "-" and dots, neither "." nor ".." nor
+# ending with a dot, breaks none of the segment rules unless it is a Windows device name.
+# Paths are matched as lines (each followed by "\n"), alone or many at once.
+_PLAIN_SEGMENT = r"\.?[A-Za-z0-9_\-][A-Za-z0-9_.\-]*+(?<!\.)"
+_DEVICE_NAME = r"(?:CON|PRN|AUX|NUL|COM[1-9]|LPT[1-9])(?:\.|/|\n)"
 
 
 @lru_cache(maxsize=64)
-def _clean_path(reserved_dirs: tuple[str, ...]) -> Callable[[str], object]:
-    """A matcher for paths that provably break no lexical rule (``None`` means: check them).
+def _clean_lines(reserved_dirs: tuple[str, ...]) -> Callable[[str], object]:
+    """A matcher for lines of paths that provably break no lexical rule.
 
     Such a path is ASCII (so its NFKC form is itself), relative, without drive, home,
     empty, dot, reserved or non-portable segments, and no segment is a reserved
-    directory (compared case-insensitively, like ``casefold`` on ASCII).
+    directory (compared case-insensitively, like ``casefold`` on ASCII). The matcher
+    takes paths each followed by ``"\n"`` and returns ``None`` unless all are such.
     """
-    reserved = "|".join(re.escape(d.casefold()) for d in sorted(set(reserved_dirs)))
-    guard = rf"(?!(?:{reserved})(?:/|\Z))" if reserved_dirs else ""
-    segment = guard + _CLEAN_SEGMENT
-    return re.compile(rf"{segment}(?:/{segment})*/?", re.ASCII | re.IGNORECASE).fullmatch
+    names = sorted({d.casefold() for d in reserved_dirs} - {""})  # "" names no segment
+    refused = "|".join([_DEVICE_NAME, *(rf"{re.escape(n)}(?:/|\n)" for n in names)])
+    # Only a segment starting like a device name or a reserved directory is looked at twice.
+    starts = "".join(sorted({"c", "p", "a", "n", "l", *(n[0] for n in names)}))
+    segment = rf"(?i:(?![{re.escape(starts)}])|(?!{refused})){_PLAIN_SEGMENT}"
+    return re.compile(rf"(?:{segment}(?:/{segment})*/?\n)*", re.ASCII).fullmatch
+
+
+def _all_clean(paths: Sequence[str], limits: PlanLimits, reserved_dirs: tuple[str, ...]) -> bool:
+    lines = "\n".join(paths) + "\n"
+    return (
+        lines.count("\n") == len(paths)  # no path holds a line break of its own
+        and max(map(len, paths)) <= limits.max_path_len
+        and _clean_lines(reserved_dirs)(lines) is not None
+    )
+
+
+def clean_paths(paths: Sequence[str], limits: PlanLimits, policy: PathPolicy) -> bool:
+    """Whether ``path_codes`` is provably empty for every one of ``paths``, in one pass.
+
+    ``False`` says nothing: ask :func:`path_codes` for each path. Paths outside the
+    plain ASCII shape, and every path when the whitelist or forbidden prefixes are on,
+    get ``False``.
+    """
+    if not paths or policy.use_whitelist or policy.forbidden_prefixes:
+        return False
+    return _all_clean(paths, limits, policy.reserved_dirs)
+
+
+def clean_keys(paths: Sequence[str]) -> list[str]:
+    """``[collision_key(p) for p in paths]`` for paths :func:`clean_paths` accepted."""
+    # ASCII, no "\\", at most one trailing "/" and no "\n": drop that "/", lower-case.
+    return ("\n".join(paths) + "\n").replace("/\n", "\n").lower().split("\n")[:-1]
 
 
 def path_codes(path: str, limits: PlanLimits, policy: PathPolicy) -> dict[str, str]:
@@ -147,7 +176,9 @@ def path_codes(path: str, limits: PlanLimits, policy: PathPolicy) -> dict[str, s
     outside it. Protected paths depend on the action and are checked elsewhere.
     Never raises.
     """
-    if len(path) <= limits.max_path_len and _clean_path(policy.reserved_dirs)(path) is not None:
+    if _all_clean((path,), limits, policy.reserved_dirs):
+        if not (policy.use_whitelist or policy.forbidden_prefixes):
+            return {}
         found: dict[str, str] = {}
         folded = path  # ASCII: already in NFKC form
     else:
@@ -210,12 +241,22 @@ def _any_of(globs: list[str]) -> _Matcher | None:
     return re.compile("|".join(f"(?:{_glob(g).pattern})" for g in globs)).match
 
 
+def _required_literal(glob: str) -> str | None:
+    """Text every name matching ``glob`` contains (its longest run without wildcards),
+    or ``None`` when there is none to rely on (sets in brackets, or only wildcards)."""
+    if "[" in glob or "]" in glob:
+        return None
+    return max(re.split(r"[*?]", glob.casefold()), key=len) or None
+
+
 @lru_cache(maxsize=64)
 def _protected_matchers(
     patterns: tuple[str, ...],
-) -> tuple[_Matcher | None, _Matcher | None, _Matcher | None]:
-    """Matchers for segments, parent directories and whole paths, each joining the
-    patterns of its shape: whether any pattern matches a path, in one pass per segment."""
+) -> tuple[tuple[str, ...] | None, _Matcher | None, _Matcher | None, _Matcher | None]:
+    """For a tuple of protected patterns: texts a lower-cased ASCII path must contain
+    for a segment or parent pattern to match it (``None``: no such filter), and matchers
+    for segments, parent directories and whole paths, each joining the patterns of its
+    shape, so whether any pattern matches takes one pass per segment."""
     segment: list[str] = []
     parent: list[str] = []
     whole: list[str] = []
@@ -227,7 +268,26 @@ def _protected_matchers(
             segment.append(core)
         else:
             whole.append(core)
-    return _any_of(segment), _any_of(parent), _any_of(whole)
+    literals = [_required_literal(glob) for glob in segment + parent]
+    needles = None if None in literals else tuple(lit for lit in literals if lit is not None)
+    return needles, _any_of(segment), _any_of(parent), _any_of(whole)
+
+
+def may_be_protected(paths: Sequence[str], patterns: tuple[str, ...]) -> bool:
+    """Whether :func:`protected_match` could find a pattern for any of ``paths``.
+
+    ``False`` is certain, for files and directories alike; ``True`` says: ask it.
+    """
+    if not paths:
+        return False
+    needles, _, _, in_whole = _protected_matchers(patterns)
+    if in_whole is not None or needles is None:
+        return True
+    joined = "\n".join(paths)
+    if not joined.isascii():
+        return True
+    lowered = joined.lower()  # as protected_match lowers each ASCII path
+    return any(needle in lowered for needle in needles)
 
 
 def protected_match(path: str, patterns: tuple[str, ...], *, is_dir: bool = False) -> str | None:
@@ -238,20 +298,26 @@ def protected_match(path: str, patterns: tuple[str, ...], *, is_dir: bool = Fals
     anything under a directory called ``name`` (and, for a directory path, the
     directory itself). Never raises.
     """
+    if not may_be_protected((path,), patterns):
+        return None
     if path.isascii():  # NFKC keeps ASCII as it is, and casefold is lower
         segments = [s for s in path.lower().replace("\\", "/").split("/") if s]
     else:
         segments = [s.casefold() for s in _split(unicodedata.normalize("NFKC", path)) if s]
     if not segments:
         return None
-    in_segment, in_parent, in_whole = _protected_matchers(patterns)
+    _, in_segment, in_parent, in_whole = _protected_matchers(patterns)
     if not (
         (in_segment is not None and any(map(in_segment, segments)))
         or (in_parent is not None and any(map(in_parent, segments if is_dir else segments[:-1])))
         or (in_whole is not None and in_whole("/".join(segments)))
     ):
         return None
-    # Some pattern matches: find the first one, in the policy's order.
+    return _first_protected(segments, patterns, is_dir=is_dir)
+
+
+def _first_protected(segments: list[str], patterns: tuple[str, ...], *, is_dir: bool) -> str | None:
+    """The first of ``patterns``, in the policy's order, that the segments match."""
     for pattern in patterns:
         core = pattern.strip("/")
         if core.startswith("**/") and core.endswith("/**"):
@@ -273,5 +339,9 @@ def collision_key(path: str) -> str:
 
     NFC normalisation and case folding, with ``\\`` as ``/`` and no trailing ``/``.
     """
-    unified = "/".join(_split(path))
+    unified = path.replace("\\", "/")
+    if unified.endswith("/"):
+        unified = unified[:-1]  # what dropping _split's one trailing empty segment leaves
+    if unified.isascii():  # NFC keeps ASCII as it is, and casefold is lower
+        return unified.lower()
     return unicodedata.normalize("NFC", unified).casefold()

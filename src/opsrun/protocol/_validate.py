@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import unicodedata
-from bisect import bisect_left
 from collections.abc import Callable, Collection
 from typing import Literal
 
@@ -20,7 +19,10 @@ from ._fscheck import check_action_on_disk, check_journal_dir
 from ._limits import PathPolicy, PlanLimits, Violation
 from ._memory import check_memory_patch
 from ._paths import (
+    clean_keys,
+    clean_paths,
     collision_key,
+    may_be_protected,
     path_codes,
     path_segments,
     protected_match,
@@ -76,6 +78,8 @@ _PROTECTED_KINDS = EDIT_KINDS | _DELETE_KINDS
 _DIR_KINDS = frozenset({_K.CREATE_DIR, _K.DELETE_DIR})
 _IDEMPOTENT = frozenset({_K.CREATE_DIR, _K.DELETE_DIR, _K.DELETE_FILE})
 _FILE_WRITE_KINDS = frozenset(ActionKind) - _DIR_KINDS - _DELETE_KINDS
+_NO_CODES: dict[str, str] = {}  # read only
+_CONTEXT_TYPES = frozenset(t.value for t in ContextRequestType)
 _UNSAFE_GLOB_CODES = frozenset(
     {"ERR_PATH_ABSOLUTE", "ERR_PATH_UNC", "ERR_PATH_DRIVE", "ERR_PATH_HOME", "ERR_PATH_TRAVERSAL"}
 )
@@ -131,20 +135,23 @@ def _spelled(path: str) -> str:
     return "/".join(path_segments(path))
 
 
-def _any_inside(parents: Collection[str], keys: list[str], lexically_ok: list[bool]) -> bool:
+def _any_inside(parents: set[str], keys: list[str], lexically_ok: list[bool]) -> bool:
     """Whether a lexically safe action's key lies strictly inside one of ``parents``.
 
-    Keys under ``p/`` are contiguous in sorted order, starting where ``p/`` would go, so
-    one binary search per parent answers it.
+    Walks up the directories of all keys a level at a time; actions share directories,
+    so each level is a small set.
     """
     if not parents:
         return False
-    ordered = sorted(key for key, ok in zip(keys, lexically_ok, strict=True) if ok)
-    for parent in parents:
-        prefix = parent + "/"
-        at = bisect_left(ordered, prefix)
-        if at < len(ordered) and ordered[at].startswith(prefix):
+    level = {
+        key.rpartition("/")[0]
+        for key, ok in zip(keys, lexically_ok, strict=True)
+        if ok and "/" in key
+    }
+    while level:
+        if not parents.isdisjoint(level):
             return True
+        level = {d.rpartition("/")[0] for d in level if "/" in d}
     return False
 
 
@@ -165,6 +172,12 @@ class _Run:
         self.limits = limits
         self.policy = policy
         self.version = plan.version
+        actions = plan.actions
+        # Facts settled for all actions in one pass each; False or True means: look closer.
+        self.all_clean = clean_paths([a.path for a in actions], limits, policy)
+        self.any_protected = may_be_protected(
+            [a.path for a in actions if a.kind in _PROTECTED_KINDS], policy.protected
+        )
         self.out: list[Violation] = []
 
     def add(
@@ -267,7 +280,7 @@ class _Run:
         def add(code: str, message: str) -> None:
             self.add(code, message, path=path, index=index)
 
-        codes = path_codes(path, self.limits, policy)
+        codes = _NO_CODES if self.all_clean else path_codes(path, self.limits, policy)
         if codes:
             for code, message in codes.items():
                 add(code, message)
@@ -278,7 +291,7 @@ class _Run:
                 add("ERR_FIELD_NOT_ALLOWED", f"{kind.value} must not carry {name}")
         self._required_fields(action, kind, add)
         size = self._payload(action, kind, add) if kind in _PAYLOAD_KINDS else 0
-        if kind in _PROTECTED_KINDS:
+        if self.any_protected and kind in _PROTECTED_KINDS:
             pattern = protected_match(path, policy.protected, is_dir=kind is _DELETE_DIR)
             if pattern is not None:
                 add("ERR_PROTECTED_PATH", f"{kind.value} of a protected path ({pattern})")
@@ -337,12 +350,12 @@ class _Run:
             )
         # NUL, C0 controls and DEL are ASCII, and UTF-8 bytes >= 0x80 count as printable:
         # Latin-1 bytes (dropping what Latin-1 cannot hold) have the same NUL and count.
-        data = text.encode("latin-1", "ignore")
-        if b"\0" in data:
-            add("ERR_CONTENT_NUL", "content contains a NUL byte")
-        elif text:
-            binary = count_non_printable(data)
-            if binary:
+        # NUL counts too: a text with none of them needs no other look.
+        binary = count_non_printable(text.encode("latin-1", "ignore"))
+        if binary:
+            if "\0" in text:
+                add("ERR_CONTENT_NUL", "content contains a NUL byte")
+            else:
                 if size is None:
                     size = len(utf8(text))
                 if binary > size * limits.pseudo_binary_ratio:
@@ -357,10 +370,13 @@ class _Run:
         return text if size is None else size
 
     def _conflicts(self, lexically_ok: list[bool]) -> None:
-        keys = [
-            collision_key(action.path) if ok else ""
-            for action, ok in zip(self.plan.actions, lexically_ok, strict=True)
-        ]
+        if self.all_clean:
+            keys = clean_keys([action.path for action in self.plan.actions])
+        else:
+            keys = [
+                collision_key(action.path) if ok else ""
+                for action, ok in zip(self.plan.actions, lexically_ok, strict=True)
+            ]
         files, deleted_dirs = self._same_path_conflicts(lexically_ok, keys)
         if _any_inside(files.keys() | deleted_dirs.keys(), keys, lexically_ok):
             self._nested_conflicts(lexically_ok, keys, files, deleted_dirs)
@@ -437,10 +453,9 @@ class _Run:
                     break
 
     def _context_requests(self) -> None:
-        known = {t.value for t in ContextRequestType}
         for j, request in enumerate(self.plan.context_requests):
             problem: str | None = None
-            if request.type not in known:
+            if request.type not in _CONTEXT_TYPES:
                 problem = f"unknown context request type {request.type!r}"
             elif request.type == ContextRequestType.READ_FILE:
                 problem = self._read_request_problem(request.path)
