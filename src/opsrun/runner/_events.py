@@ -156,13 +156,8 @@ class EventEmitter:
         self, ts: datetime, hook: Hook, operation_id: str, operation_name: str
     ) -> None:
         """Emit ``operation.started`` stamped ``ts`` (the operation's ``started_at``)."""
-        self._emit_operation(
-            OperationStarted,
-            ts,
-            hook=hook,
-            operation_id=operation_id,
-            operation_name=operation_name,
-        )
+        fields = {"hook": hook, "operation_id": operation_id, "operation_name": operation_name}
+        self._emit(OperationStarted, ts, fields)
 
     def operation_finished(
         self,
@@ -176,23 +171,16 @@ class EventEmitter:
         duration_ms: float | None,
     ) -> None:
         """Emit ``operation.finished`` stamped ``ts`` (the operation's ``finished_at``)."""
-        self._emit_operation(
-            OperationFinished,
-            ts,
-            hook=hook,
-            operation_id=operation_id,
-            operation_name=operation_name,
-            status=status,
-            skipped_reason=skipped_reason,
-            error=error,
-            duration_ms=duration_ms,
-        )
-
-    def _emit_operation(
-        self, event_type: type[OperationStarted | OperationFinished], ts: object, **fields: Any
-    ) -> None:
-        """Emit an operation event stamped ``ts`` (see :meth:`emit`)."""
-        self._emit(event_type, ts, fields)
+        fields = {
+            "hook": hook,
+            "operation_id": operation_id,
+            "operation_name": operation_name,
+            "status": status,
+            "skipped_reason": skipped_reason,
+            "error": error,
+            "duration_ms": duration_ms,
+        }
+        self._emit(OperationFinished, ts, fields)
 
     @property
     def closed(self) -> bool:

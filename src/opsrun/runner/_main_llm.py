@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -29,6 +30,7 @@ from ..model import (
     MainLlmStatus,
     OperationError,
 )
+from ..model._build import Builder
 from ..ports import MainLlmDone, MainLlmRequest
 from ..prompt import EffectivePrompt, prompt_hash, take_snapshot, to_provider_messages
 from ._context import Cancellation, RunContext
@@ -39,6 +41,9 @@ if TYPE_CHECKING:
     from opentelemetry.util.types import AttributeValue
 
 __all__ = ["MainLlmReply", "call_main_llm"]
+
+_CALL = Builder(MainLlmCall)
+"""Builds the started call from the snapshot and values the runner made."""
 
 _FAILURES: tuple[tuple[type[ProviderError], FinishReason], ...] = (
     (ProviderTimeout, FinishReason.TIMEOUT),
@@ -252,9 +257,11 @@ def _prepare(ctx: RunContext, prompt: EffectivePrompt) -> tuple[MainLlmCall, Mai
         inclusions=prompt.inclusions,
     )
     params = ctx.request.main_llm_params
-    call = MainLlmCall(
+    started_at = ctx.clock.now()
+    # Built without validation unless the host clock's reading is of another type.
+    call = (_CALL if type(started_at) is datetime else MainLlmCall)(
         started=True,
-        started_at=ctx.clock.now(),
+        started_at=started_at,
         prompt_hash=digest,
         prompt=snapshot,
         params=ctx.redactor.redact_value(bound_details(params)) if params else {},
