@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from opsrun.errors import PlanError
 from opsrun.protocol import (
     Action,
     ActionKind,
@@ -86,7 +87,6 @@ CASES: list[tuple[str, tuple[int, ...], dict[str, Any], dict[str, Any]]] = [
     ("ERR_PROTECTED_PATH", V2, doc(patch_action("certs/server.PEM")), {}),
     ("ERR_PROTECTED_PATH", BOTH, doc(act("CREATE_FILE", ".env", content="A=1\n")), {"root": 1}),
     ("ERR_PROTECTED_PATH", BOTH, doc(act("DELETE_DIR", "cfg")), {"root": 1}),
-    ("ERR_TOO_MANY_ACTIONS", BOTH, doc(*[act("CREATE_DIR", f"d{i}") for i in range(201)]), {}),
     (
         "ERR_CONTENT_TOO_LARGE",
         BOTH,
@@ -415,6 +415,29 @@ def test_error_codes_documented() -> None:
         "ERR_FIELD_NOT_ALLOWED",
         "ERR_MODE_INVALID",
         "ERR_VALIDATION_INTERNAL",
+        # test_oversized_plans_are_refused_while_parsing
+        "ERR_TOO_MANY_ACTIONS",
+        "ERR_TOO_MANY_CONTEXT_REQUESTS",
     }
     parse_codes = {"ERR_INVALID_JSON", "ERR_SCHEMA", "ERR_INPUT_TOO_LARGE", "ERR_UNKNOWN_VERSION"}
     assert used - parse_codes <= tested
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_oversized_plans_are_refused_while_parsing(version: int) -> None:
+    many = doc(*[act("CREATE_DIR", f"d{i}") for i in range(201)])
+    with pytest.raises(PlanError) as actions:
+        parse_plan(json.dumps(many), version=version, strict=True)
+    assert actions.value.code == "ERR_TOO_MANY_ACTIONS"
+    assert actions.value.details == {"count": 201, "limit": 200}
+    asks = doc(context_requests=[{"type": "env"}] * 201, summary="NO_CHANGES: x")
+    with pytest.raises(PlanError) as requests:
+        parse_plan(json.dumps(asks), version=version)
+    assert requests.value.code == "ERR_TOO_MANY_CONTEXT_REQUESTS"
+    # a plan built in code is still checked by validation
+    plan = Plan(
+        version=2,
+        actions=tuple(Action(kind=ActionKind.CREATE_DIR, path=f"d{i}") for i in range(201)),
+        summary="s",
+    )
+    assert "ERR_TOO_MANY_ACTIONS" in {v.code for v in validate_plan(plan)}

@@ -88,7 +88,34 @@ def _drop_nulls(item: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in item.items() if v is not None}
 
 
-def plan_from_json(value: Any, *, version: int) -> Plan:
+def _count_actions(value: Any, lim: PlanLimits) -> None:
+    """Refuse a plan with more actions (or context requests) than ``lim.max_actions``
+    before any schema work, which costs per element."""
+    if isinstance(value, list):
+        actions: Any = value
+    elif isinstance(value, dict):
+        actions = value.get("actions")
+        proposed = value.get("proposed_changes")
+        if actions is None and isinstance(proposed, dict):
+            actions = proposed.get("actions")
+    else:
+        return
+    if isinstance(actions, list) and len(actions) > lim.max_actions:
+        raise PlanError(
+            f"plan has {len(actions)} actions; the limit is {lim.max_actions}",
+            code="ERR_TOO_MANY_ACTIONS",
+            details={"count": len(actions), "limit": lim.max_actions},
+        )
+    requests = value.get("context_requests") if isinstance(value, dict) else None
+    if isinstance(requests, list) and len(requests) > lim.max_actions:
+        raise PlanError(
+            f"plan has {len(requests)} context requests; the limit is {lim.max_actions}",
+            code="ERR_TOO_MANY_CONTEXT_REQUESTS",
+            details={"count": len(requests), "limit": lim.max_actions},
+        )
+
+
+def plan_from_json(value: Any, *, version: int, limits: PlanLimits | None = None) -> Plan:
     """Build a :class:`Plan` from an already-decoded JSON value.
 
     The value is checked against the canonical schema of ``version`` first (by a
@@ -96,10 +123,13 @@ def plan_from_json(value: Any, *, version: int) -> Plan:
     failures); v1 arrays and ``proposed_changes.actions`` objects are normalised.
 
     Raises:
-        PlanError: ``ERR_SCHEMA`` (with the JSON pointer of the most relevant
-            error in ``details["pointer"]``) or ``ERR_UNKNOWN_VERSION``.
+        PlanError: ``ERR_TOO_MANY_ACTIONS`` / ``ERR_TOO_MANY_CONTEXT_REQUESTS`` (more
+            than ``limits.max_actions``, found before any schema work), ``ERR_SCHEMA`` (with
+            the JSON pointer of the
+            most relevant error in ``details["pointer"]``) or ``ERR_UNKNOWN_VERSION``.
     """
     v = _check_version(version)
+    _count_actions(value, limits or _DEFAULT_LIMITS)
     error = _schema_error(v, value)
     if error is not None:
         raise error
@@ -179,7 +209,9 @@ def parse_plan(
         eol: Normalise ``content`` line endings with :func:`normalize_eol`.
 
     Raises:
-        PlanError: ``ERR_INPUT_TOO_LARGE``, ``ERR_INVALID_JSON`` (not JSON, too
+        PlanError: ``ERR_INPUT_TOO_LARGE``, ``ERR_TOO_MANY_ACTIONS`` and
+            ``ERR_TOO_MANY_CONTEXT_REQUESTS`` (checked before the schema, so an
+            oversized plan costs little), ``ERR_INVALID_JSON`` (not JSON, too
             deep, over-long numbers, NaN/Infinity, duplicate keys, lone
             surrogates, bad UTF-8, a raw control character inside a string, with
             ``line`` and ``column`` in ``details``), ``ERR_SCHEMA`` or
@@ -227,7 +259,7 @@ def _too_large(size: int, lim: PlanLimits) -> PlanError:
 
 
 def _parse_strict(text: str, version: Literal[1, 2], lim: PlanLimits) -> Plan:
-    return plan_from_json(loads_strict_json(text, lim), version=version)
+    return plan_from_json(loads_strict_json(text, lim), version=version, limits=lim)
 
 
 def _repair_note(error: PlanError) -> str:
@@ -257,8 +289,10 @@ def _parse_best_effort(text: str, version: Literal[1, 2], lim: PlanLimits) -> Pl
                 first_json_error = first_json_error or value
             continue
         try:
-            plan = plan_from_json(value, version=version)
+            plan = plan_from_json(value, version=version, limits=lim)
         except PlanError as exc:
+            if exc.code in ("ERR_TOO_MANY_ACTIONS", "ERR_TOO_MANY_CONTEXT_REQUESTS"):
+                raise  # a real plan, too big: no other candidate is looked for
             if first_error is None:
                 if candidate.repaired_from is not None:
                     first_error = _no_plan(candidate.repaired_from, where)
