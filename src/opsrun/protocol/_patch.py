@@ -47,6 +47,9 @@ _HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? ?\+(\d+)(?:,(\d+))? ?@@(.*)$")
 _UNNUMBERED_RE = re.compile(r"^@@(?:[^@]*@@(.*))?$")
 _NO_NEWLINE = "\\ No newline at end of file"
 _MAX_SHOWN = 200
+# GNU ``patch`` refuses line numbers past its 64-bit LINENUM ("line number ... is too
+# large"); past ~4,300 digits Python's int() would raise a bare ValueError.
+_MAX_DIGITS = 18
 
 # Header lines that announce something PATCH_FILE refuses to do (rename, copy,
 # mode changes, symlinks, binary content) or a diff format other than unified.
@@ -317,6 +320,14 @@ def _scan_hunk(
             line=i + 1,
             text=line,
         )
+    for digits in m.group(1, 2, 3, 4):
+        if digits is not None and len(digits) > _MAX_DIGITS:
+            raise _not_unified(
+                f"line {i + 1}: hunk #{number} states a number of {len(digits)} digits, "
+                f"more than any file has lines: {_show(line)}",
+                line=i + 1,
+                text=line[:_MAX_SHOWN],
+            )
     old_h = 1 if m.group(2) is None else int(m.group(2))
     new_h = 1 if m.group(4) is None else int(m.group(4))
     body, end, old, new = _collect_body(lines, i + 1, old_h, new_h)

@@ -1,0 +1,102 @@
+"""Patch engine edge cases: huge hunk numbers, end-of-file markers, explicit CRLF on added
+lines, text after the last hunk, ``diff -N`` timestamps and git file-mode headers."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from io import StringIO
+from pathlib import Path
+
+import pytest
+
+from opsrun.errors import ApplyError, PatchError
+from opsrun.protocol import apply_patch, apply_plan, parse_plan, preview_plan, sha256_hex
+
+GNU_PATCH = shutil.which("patch")
+
+
+def code_of(original: str, patch: str) -> str:
+    with pytest.raises(PatchError) as info:
+        apply_patch(original, patch)
+    return info.value.code
+
+
+def gnu(tmp: Path, original: str, patch: str) -> str | None:
+    """GNU ``patch -F0`` on ``original``, or None when it refuses."""
+    assert GNU_PATCH is not None
+    (tmp / "f").write_bytes(original.encode())
+    done = subprocess.run(
+        [GNU_PATCH, "-F0", "-f", "-s", "--no-backup-if-mismatch", "-r", "-", "f"],
+        input=patch.encode(),
+        cwd=tmp,
+        capture_output=True,
+        timeout=20,
+        check=False,
+    )
+    return (tmp / "f").read_bytes().decode() if done.returncode == 0 else None
+
+
+needs_gnu = pytest.mark.skipif(GNU_PATCH is None, reason="GNU patch is not installed")
+
+
+# --- 11: hunk numbers too large for int() -----------------------------------------------
+
+HUGE = "1" * 5000
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        f"@@ -{HUGE} +1 @@",
+        f"@@ -1,{HUGE} +1 @@",
+        f"@@ -1 +{HUGE} @@",
+        f"@@ -1 +1,{HUGE} @@",
+        "@@ -1 +1234567890123456789 @@",
+    ],
+)
+def test_a_hunk_number_too_large_is_not_unified(header: str) -> None:
+    with pytest.raises(PatchError) as info:
+        apply_patch("a\n", f"{header}\n-a\n+b\n")
+    assert info.value.code == "ERR_PATCH_NOT_UNIFIED"
+    assert len(info.value.message) < 400
+    assert len(str(info.value.details)) < 400
+
+
+def test_eighteen_digit_numbers_still_parse() -> None:
+    assert apply_patch("a\n", "@@ -123456789012345678 +1 @@\n-a\n+b\n") == "b\n"
+
+
+def _plan(root: Path, patch: str) -> str:
+    action = {
+        "kind": "PATCH_FILE",
+        "path": "m.py",
+        "patch": patch,
+        "base_sha256": sha256_hex((root / "m.py").read_bytes()),
+    }
+    return json.dumps({"actions": [action], "summary": "edit"})
+
+
+def test_a_huge_hunk_number_is_not_unified_in_previews_plans_and_the_cli(
+    tmp_path: Path,
+) -> None:
+    from opsrun.cli import main
+
+    (tmp_path / "m.py").write_text("a\n")
+    text = _plan(tmp_path, f"@@ -{HUGE} +1 @@\n-a\n+b\n")
+    plan = parse_plan(text)
+    with pytest.raises(PatchError) as info:
+        preview_plan(plan, tmp_path)
+    assert info.value.code == "ERR_PATCH_NOT_UNIFIED"
+    with pytest.raises(ApplyError) as applied:
+        apply_plan(plan, tmp_path)
+    assert applied.value.code == "ERR_PATCH_NOT_UNIFIED"
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(text)
+    out, err = StringIO(), StringIO()
+    argv = ["plan", "apply", str(plan_file), "--root", str(tmp_path)]
+    assert main(argv, stdout=out, stderr=err) == 1
+    assert "ERR_PATCH_NOT_UNIFIED" in out.getvalue() + err.getvalue()
+    assert "Traceback" not in out.getvalue() + err.getvalue()
+    assert (tmp_path / "m.py").read_text() == "a\n"
