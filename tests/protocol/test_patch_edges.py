@@ -100,3 +100,33 @@ def test_a_huge_hunk_number_is_not_unified_in_previews_plans_and_the_cli(
     assert "ERR_PATCH_NOT_UNIFIED" in out.getvalue() + err.getvalue()
     assert "Traceback" not in out.getvalue() + err.getvalue()
     assert (tmp_path / "m.py").read_text() == "a\n"
+
+
+# --- 13: an added line's explicit CRLF --------------------------------------------------
+
+
+def test_an_added_lines_explicit_crlf_is_kept() -> None:
+    assert apply_patch("", "@@ -0,0 +1 @@\n+\r\n") == "\r\n"
+    assert apply_patch("a\n", "@@ -1 +1,2 @@\n a\n+x\r\n") == "a\nx\r\n"
+    # A CRLF file: the line's own CR is not doubled.
+    assert apply_patch("a\r\n", "@@ -1 +1,2 @@\n a\r\n+x\r\n") == "a\r\nx\r\n"
+
+
+def test_a_crlf_transported_patch_still_takes_the_files_ending() -> None:
+    # The hunk header ends in CR: every CR is the patch's line ending, not content.
+    assert apply_patch("a\nb\n", "@@ -1,2 +1,3 @@\r\n a\r\n+x\r\n b\r\n") == "a\nx\nb\n"
+    assert apply_patch("a\r\nb\r\n", "@@ -1,2 +1,3 @@\r\n a\r\n+x\r\n b\r\n") == "a\r\nx\r\nb\r\n"
+
+
+@needs_gnu
+@pytest.mark.parametrize(
+    ("original", "patch"),
+    [
+        ("", "@@ -0,0 +1 @@\n+\r\n"),
+        ("a\n", "@@ -1 +1,2 @@\n a\n+x\r\n"),
+        ("a\r\n", "@@ -1 +1,2 @@\n a\r\n+x\r\n"),
+        ("a\r\nb\r\n", "@@ -1,2 +1,2 @@\n a\r\n-b\r\n+c\r\n"),
+    ],
+)
+def test_explicit_crlf_agrees_with_gnu_patch(tmp_path: Path, original: str, patch: str) -> None:
+    assert apply_patch(original, patch) == gnu(tmp_path, original, patch)

@@ -17,7 +17,7 @@ sloppier hunks under the same rule; see :mod:`._patch_place`.
 
 Lines are compared without their line endings; the file keeps its own endings,
 its byte order mark and its final newline, and added lines take the file's
-dominant ending.
+dominant ending unless the patch gives one a CRLF of its own.
 """
 
 from __future__ import annotations
@@ -265,7 +265,14 @@ def _scan(
     if lines and lines[-1] == "":
         lines.pop()
     if "\r" in patch:
-        lines = [s[:-1] if s.endswith("\r") else s for s in lines]
+        # A patch whose hunk header ends in CR went through a CRLF transport: every line's
+        # CR is its line ending. Otherwise a CR on an added line is part of the line (an
+        # explicit CRLF, kept as GNU ``patch`` keeps it); other lines compare without it.
+        transport = next((s.endswith("\r") for s in lines if s.startswith("@@")), True)
+        lines = [
+            s[:-1] if s.endswith("\r") and (transport or not s.startswith("+")) else s
+            for s in lines
+        ]
     files: list[tuple[str, str]] = []
     git_files = 0
     out: list[str] = []
@@ -579,6 +586,8 @@ class _Output:
                 pos += 1
             elif lacks_nl:
                 self.no_newline.append(len(self.lines))
+                self.lines.append(value)
+            elif value.endswith("\r"):  # an explicit CRLF in the patch
                 self.lines.append(value)
             else:
                 self.lines.append(value + self.eol)
