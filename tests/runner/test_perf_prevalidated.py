@@ -143,6 +143,13 @@ async def test_every_stored_event_and_record_of_a_run_equals_a_validated_one() -
         assert_same(event, validated(event))
     assert_same(result.run, validated(result.run))
     assert_same(result, validated(result))
+    call = result.run.main_llm
+    assert_same(call, validated(call))
+    snapshot = call.prompt
+    assert snapshot is not None
+    assert_same(snapshot, validated(snapshot))
+    for sent in snapshot.messages:
+        assert_same(sent, validated(sent))
     for message in await stores.chats.history("c", "main"):
         assert_same(message, validated(message))
         for variant in message.variants:

@@ -17,6 +17,7 @@ from ..model import (
     SnapshotMessage,
     TrimmedRange,
 )
+from ..model._build import Builder
 from ..ports import ProviderMessage
 from ._window import HistoryWindow
 
@@ -124,7 +125,7 @@ def take_snapshot(
         budget -= len(content)
         contents[index] = (content, truncated)
     kept = [
-        SnapshotMessage(
+        _MESSAGE(
             role=provider.role,
             domain_role=message.role,
             content=contents[i][0],
@@ -136,7 +137,7 @@ def take_snapshot(
         )
         for i, (message, provider) in enumerate(zip(messages, sent, strict=True))
     ]
-    return PromptSnapshot(
+    return _SNAPSHOT(
         prompt_hash=prompt_hash,
         messages=tuple(kept),
         omitted_messages=omitted,
@@ -148,6 +149,12 @@ def take_snapshot(
         trimmed=() if trimmed is None else (trimmed,),
         inclusions=tuple(inclusions),
     )
+
+
+_MESSAGE = Builder(SnapshotMessage)
+_SNAPSHOT = Builder(PromptSnapshot)
+"""Build the snapshot from validated prompt messages and values made here (no second
+validation)."""
 
 
 def _bounded(text: str, limit: int) -> tuple[str, bool]:
