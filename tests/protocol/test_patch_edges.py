@@ -12,7 +12,14 @@ from pathlib import Path
 import pytest
 
 from opsrun.errors import ApplyError, PatchError
-from opsrun.protocol import apply_patch, apply_plan, parse_plan, preview_plan, sha256_hex
+from opsrun.protocol import (
+    PatchTolerance,
+    apply_patch,
+    apply_plan,
+    parse_plan,
+    preview_plan,
+    sha256_hex,
+)
 
 GNU_PATCH = shutil.which("patch")
 
@@ -130,3 +137,41 @@ def test_a_crlf_transported_patch_still_takes_the_files_ending() -> None:
 )
 def test_explicit_crlf_agrees_with_gnu_patch(tmp_path: Path, original: str, patch: str) -> None:
     assert apply_patch(original, patch) == gnu(tmp_path, original, patch)
+
+
+# --- 12: "\ No newline at end of file" pins a hunk to the end ---------------------------
+
+PINNED = [
+    (
+        "return\nreturn",
+        "@@ -1 +1,2 @@\n-return\n\\ No newline at end of file\n+c\n+return\n",
+        "return\nc\nreturn\n",
+    ),
+    (
+        "a\na",
+        "@@ -1 +1,2 @@\n-a\n\\ No newline at end of file\n+a\n+b\n\\ No newline at end of file\n",
+        "a\na\nb",
+    ),
+    ("x\ny\nx\ny", "@@ -1,2 +1,2 @@\n x\n-y\n\\ No newline at end of file\n+z\n", "x\ny\nx\nz\n"),
+]
+
+
+@pytest.mark.parametrize(("original", "patch", "expected"), PINNED)
+@pytest.mark.parametrize("level", ["exact", "whitespace", "loose"])
+def test_a_line_without_newline_on_the_old_side_is_the_files_last(
+    original: str, patch: str, expected: str, level: PatchTolerance
+) -> None:
+    assert apply_patch(original, patch, tolerance=level) == expected
+
+
+@needs_gnu
+@pytest.mark.parametrize(("original", "patch", "expected"), PINNED)
+def test_the_end_of_file_marker_agrees_with_gnu_patch(
+    tmp_path: Path, original: str, patch: str, expected: str
+) -> None:
+    assert gnu(tmp_path, original, patch) == expected
+
+
+def test_a_marked_line_that_is_not_last_anywhere_fails() -> None:
+    patch = "@@ -1 +1 @@\n-a\n\\ No newline at end of file\n+b\n"
+    assert code_of("a\nz\n", patch) == "ERR_PATCH_APPLY_FAILED"

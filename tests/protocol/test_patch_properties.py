@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from opsrun.errors import PatchError
-from opsrun.protocol import apply_patch
+from opsrun.protocol import apply_patch, apply_patch_detailed
 
 GNU_PATCH = shutil.which("patch")
 
@@ -189,3 +189,65 @@ def test_agrees_with_gnu_patch(
         return
     assert ours == expected, diff
     assert code in ("", "ERR_PATCH_APPLY_FAILED")
+
+
+def _unterminated(lines: list[str], final_nl: bool) -> list[str]:
+    return [*lines[:-1], lines[-1].rstrip("\n")] if lines and not final_nl else lines
+
+
+@pytest.mark.skipif(GNU_PATCH is None, reason="GNU patch is not installed")
+@settings(
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(edits(ALPHABET), st.booleans(), st.booleans(), st.integers(0, 3), st.data())
+def test_agrees_with_gnu_patch_on_files_without_a_final_newline(
+    tmp_path: Path,
+    pair: tuple[list[str], list[str]],
+    old_nl: bool,
+    new_nl: bool,
+    context: int,
+    data: st.DataObject,
+) -> None:
+    # "\ No newline at end of file" pins a hunk to the end of the file, as GNU reads it.
+    # opsrun also lets a context line match the last line whatever its newline state
+    # (documented), so only the cases GNU applies are compared.
+    old, new = _unterminated(pair[0], old_nl), _unterminated(pair[1], new_nl)
+    assume(old != new)
+    diff = make_diff(old, new, context)
+    target = [s.rstrip("\n") for s in old]
+    for _ in range(data.draw(st.integers(0, 2))):
+        at = data.draw(st.integers(0, len(target)))
+        target[at:at] = [data.draw(st.sampled_from(ALPHABET))]
+    final_nl = data.draw(st.booleans())
+    original = "\n".join(target) + ("\n" if target and final_nl else "")
+    expected = gnu_patch(tmp_path, original, diff)
+    assume(expected is not None)
+    try:
+        result = apply_patch_detailed(original, diff)
+    except PatchError as exc:
+        assume(exc.code != "ERR_PATCH_AMBIGUOUS")  # GNU takes the nearest of several matches
+        raise
+    # Where opsrun used its documented leniency (a hunk's last old line on the file's last
+    # line with the other newline state), GNU looks elsewhere: not comparable.
+    assume(
+        all(
+            place.line + size - 1 != len(target) or marked == (not final_nl)
+            for place, (size, marked) in zip(result.hunks, _old_sides(diff), strict=True)
+        )
+    )
+    assert result.text == expected, (original, diff)
+
+
+def _old_sides(diff: str) -> list[tuple[int, bool]]:
+    """Per hunk: its number of old lines, and whether the last one lacks a newline."""
+    sides: list[tuple[int, bool]] = []
+    last = ""
+    for line in diff.splitlines()[2:]:
+        if line.startswith("@@"):
+            sides.append((0, False))
+        elif line.startswith("\\") and last in (" ", "-"):
+            sides[-1] = (sides[-1][0], True)
+        elif line[:1] in (" ", "-"):
+            sides[-1] = (sides[-1][0] + 1, False)
+        last = line[:1]
+    return sides

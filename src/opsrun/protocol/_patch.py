@@ -414,8 +414,11 @@ def _parse(patch: str, *, loose: bool = False, bom: bool = False) -> _Parsed:
             suffix += 1
         header = headers[number - 1]
         first = uhunk.source_start + (0 if old else 1)
+        at_end = any(lacks_nl for kind, _, lacks_nl in ops if kind != "+")
         hunks.append(
-            Hunk(number, header, first, old, tuple(ops), prefix, suffix, numbered[number - 1])
+            Hunk(
+                number, header, first, old, tuple(ops), prefix, suffix, numbered[number - 1], at_end
+            )
         )
     source, target = files[0] if files else ("", "")
     return _Parsed(

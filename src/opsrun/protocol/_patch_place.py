@@ -7,6 +7,9 @@ the first rule that matches anywhere decides, and it must match in exactly one
 place: several places are ``ERR_PATCH_AMBIGUOUS`` with the candidate lines, never
 the first or the nearest one. No match at all names the closest region.
 
+A hunk whose last old line is marked ``\\ No newline at end of file`` only matches
+with that line on the file's last line, at every level (GNU reads the marker so).
+
 Rules by tolerance:
 
 - ``exact``: identical lines (the line ending aside), with GNU's placement limits
@@ -114,6 +117,7 @@ class Hunk(NamedTuple):
     prefix: int  # context lines before the first change
     suffix: int  # context lines after the last change
     numbered: bool = True  # False: the header states no line (accepted when loose)
+    at_end: bool = False  # its last old line has no newline: it can only be the file's last
 
 
 _PUNCT = str.maketrans(
@@ -211,6 +215,7 @@ def _trim(hunk: Hunk, drop: tuple[int, int]) -> Hunk | None:
         ops=ops,
         prefix=hunk.prefix - start,
         suffix=hunk.suffix - end,
+        at_end=hunk.at_end and not end,
     )
 
 
@@ -305,13 +310,15 @@ class Placer:
         looked for as far before it as it was stated (and then fails as overlapping).
         """
         hi = len(self.lines) - len(part.old) + 1
+        allowed = range(max(lo if guess is None else min(lo, 2 * guess - lo), 1), hi + 1)
         if self._anchored() and rung.drop == (0, 0):
             if part.prefix < part.suffix and part.first <= 1:
-                return range(1, 2) if lo - 1 <= part.prefix and hi >= 1 else range(0)
-            if part.suffix < part.prefix:
-                return range(hi, hi + 1) if hi >= lo else range(0)
-        low = lo if guess is None else min(lo, 2 * guess - lo)
-        return range(max(low, 1), hi + 1)
+                allowed = range(1, 2) if lo - 1 <= part.prefix and hi >= 1 else range(0)
+            elif part.suffix < part.prefix:
+                allowed = range(hi, hi + 1) if hi >= lo else range(0)
+        if part.at_end:  # "\ No newline at end of file" on the old side, as GNU reads it
+            return range(hi, hi + 1) if hi in allowed else range(0)
+        return allowed
 
     def _starts(
         self, pattern: list[str], part: Hunk, rung: _Rung, lo: int, guess: int | None
