@@ -222,7 +222,19 @@ def _trim(hunk: Hunk, drop: tuple[int, int]) -> Hunk | None:
 class Placer:
     """Places the hunks of one patch in one file's lines, under one tolerance."""
 
-    __slots__ = ("_index", "_keys", "_tabs", "label", "lines", "report", "rungs", "tolerance")
+    __slots__ = (
+        "_idcache",
+        "_index",
+        "_keys",
+        "_tabs",
+        "_widthcache",
+        "examined",
+        "label",
+        "lines",
+        "report",
+        "rungs",
+        "tolerance",
+    )
 
     def __init__(
         self, lines: list[str], tolerance: PatchTolerance, label: str, *, report: bool = True
@@ -235,6 +247,10 @@ class Placer:
         self._keys: dict[Callable[[str], str], list[str]] = {_same: lines}
         self._index: dict[Callable[[str], str], dict[str, list[int]]] = {}
         self._tabs: bool | None = None
+        self._idcache: dict[Callable[[str], str], list[int]] = {}
+        self._widthcache: dict[tuple[int, bool], list[int | None]] = {}
+        # File lines compared with a hunk so far: linear in the file per hunk and rule.
+        self.examined = 0
 
     def keys(self, key: Callable[[str], str]) -> list[str]:
         found = self._keys.get(key)
@@ -289,11 +305,7 @@ class Placer:
                 if fit is not None:
                     return self._done(hunk, part, at, rung, fit)
             near = None if stated is None else stated + rung.drop[0]
-            found: list[tuple[int, int]] = []
-            for pos in self._starts(pattern, part, rung, lo, near):
-                tab = self._fits(pattern, part, rung, pos)
-                if tab is not None:
-                    found.append((pos, tab))
+            found = self._matches(pattern, part, rung, self._allowed(part, rung, lo, near))
             if len(found) == 1:
                 return self._done(hunk, part, found[0][0], rung, found[0][1])
             if found:
@@ -320,16 +332,81 @@ class Placer:
             return range(hi, hi + 1) if hi in allowed else range(0)
         return allowed
 
-    def _starts(
-        self, pattern: list[str], part: Hunk, rung: _Rung, lo: int, guess: int | None
-    ) -> list[int]:
-        """Lines where the hunk's rarest pattern line would put its start, in order."""
-        allowed = self._allowed(part, rung, lo, guess)
+    def _matches(
+        self, pattern: list[str], part: Hunk, rung: _Rung, allowed: range
+    ) -> list[tuple[int, int]]:
+        """Every line in ``allowed`` where the hunk matches under ``rung``, with its tab size.
+
+        The lines where the hunk's rarest pattern line would put its start are checked one
+        by one while that costs no more than a scan of the allowed lines; otherwise (a hunk
+        made of common lines) the pattern is searched for in one linear pass.
+        """
         if len(allowed) <= 1:
-            return list(allowed)
+            found = [(pos, self._fits(pattern, part, rung, pos)) for pos in allowed]
+            return [(pos, tab) for pos, tab in found if tab is not None]
         index = self.index(rung.key)
-        best = min(range(len(pattern)), key=lambda j: len(index.get(pattern[j], ())))
-        return [p - best for p in index.get(pattern[best], ()) if p - best in allowed]
+        size = len(pattern)
+        counts = [len(index.get(k, ())) for k in pattern]
+        best = min(range(size), key=counts.__getitem__)
+        if counts[best] * size <= 2 * (len(allowed) + size):
+            found = [
+                (p - best, self._fits(pattern, part, rung, p - best))
+                for p in index.get(pattern[best], ())
+                if p - best in allowed
+            ]
+            return [(pos, tab) for pos, tab in found if tab is not None]
+        return self._search(pattern, part, rung, allowed)
+
+    def _search(
+        self, pattern: list[str], part: Hunk, rung: _Rung, allowed: range
+    ) -> list[tuple[int, int]]:
+        """:meth:`_matches` in linear time: a Knuth-Morris-Pratt search per sequence."""
+        if not allowed:
+            return []
+        ids = self._ids(rung.key)
+        of = self._index[rung.key]
+        wanted = [of[k][0] - 1 for k in pattern]  # a line's id: its first line, 0-based
+        lo, stop = allowed.start - 1, allowed[-1] - 1 + len(pattern)  # 0-based, the window
+        self.examined += stop - lo + len(pattern)
+        hits = [lo + 1 + at for at in _find_all(ids[lo:stop], wanted)]
+        if rung.indent in ("same", "any"):
+            return [(pos, _TAB_SIZES[0]) for pos in hits]
+        # Indentation as a sequence too: each non-blank line's width ("tabs"), or its width
+        # less the previous non-blank line's ("shift"), under each tab size in turn.
+        first = next((j for j, text in enumerate(part.old) if text.strip()), None)
+        if first is None:
+            return []
+        left = set(hits)
+        tabs: dict[int, int] = {}
+        for tab in _TAB_SIZES:
+            if not left:
+                break
+            skip = 0 if rung.indent == "tabs" else first + 1
+            want = _widths(part.old, tab, relative=rung.indent == "shift")[skip:]
+            have = self._widths(tab, relative=rung.indent == "shift")
+            self.examined += stop - lo + len(want)
+            if want:
+                starts = {lo + 1 + at for at in _find_all(have[lo + skip : stop], want)}
+            else:
+                starts = set(left)
+            for pos in left & starts:
+                tabs[pos] = tab
+            left -= starts
+        return sorted(tabs.items())
+
+    def _ids(self, key: Callable[[str], str]) -> list[int]:
+        """Each line's key as a number (the first line with that key, 0-based)."""
+        found = self._idcache.get(key)
+        if found is None:
+            index = self.index(key)
+            found = self._idcache[key] = [index[k][0] - 1 for k in self.keys(key)]
+        return found
+
+    def _widths(self, tab: int, *, relative: bool) -> list[int | None]:
+        found = self._widthcache.get((tab, relative))
+        if found is None:
+            found = self._widthcache[tab, relative] = _widths(self.lines, tab, relative=relative)
+        return found
 
     def _fits(self, pattern: list[str], part: Hunk, rung: _Rung, pos: int) -> int | None:
         """The tab size the match at ``pos`` uses under ``rung``, or None when it does not match."""
@@ -337,6 +414,7 @@ class Placer:
         keys = self.keys(rung.key)
         if pos < 1 or pos - 1 + size > len(keys):
             return None
+        self.examined += size
         if keys[pos - 1 : pos - 1 + size] != pattern:
             return None
         return _fit_indent(rung.indent, part.old, self.lines[pos - 1 : pos - 1 + size])
@@ -521,3 +599,47 @@ def _gnu_allowed(hunk: Hunk, lines: int, line: int) -> range:
     if hunk.suffix < hunk.prefix:
         return range(hi, hi + 1)
     return range(1, max(hi, line) + 1)
+
+
+def _find_all(text: Sequence[object], pattern: Sequence[object]) -> list[int]:
+    """Every index where ``pattern`` occurs in ``text`` (Knuth-Morris-Pratt, linear)."""
+    size = len(pattern)
+    if size == 0 or size > len(text):
+        return []
+    fail = [0] * size
+    k = 0
+    for i in range(1, size):
+        while k and pattern[i] != pattern[k]:
+            k = fail[k - 1]
+        if pattern[i] == pattern[k]:
+            k += 1
+        fail[i] = k
+    found: list[int] = []
+    k = 0
+    for i, item in enumerate(text):
+        while k and item != pattern[k]:
+            k = fail[k - 1]
+        if item == pattern[k]:
+            k += 1
+            if k == size:
+                found.append(i - size + 1)
+                k = fail[k - 1]
+    return found
+
+
+def _widths(lines: Sequence[str], tab: int, *, relative: bool) -> list[int | None]:
+    """Each line's indentation width (None for a blank line); ``relative``: less the previous
+    non-blank line's, None for the first one (it matches nothing)."""
+    out: list[int | None] = []
+    previous: int | None = None
+    for line in lines:
+        if not line.strip():
+            out.append(None)
+            continue
+        width = _width(_indent(line), tab)
+        if not relative:
+            out.append(width)
+        else:
+            out.append(None if previous is None else width - previous)
+            previous = width
+    return out
