@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from opsrun._redact import DEFAULT_REDACTOR, MASK, Redactor
-from opsrun._redact_rules import BUILTIN_RULES, apply_rules
+from opsrun._redact_rules import BUILTIN_RULES, apply_rules, plan_rules
 from opsrun.errors import OpsrunError, bound_details, bound_text
 from test_redact import (
     ANTHROPIC,
@@ -257,7 +257,7 @@ def test_every_rule_has_samples() -> None:
 @pytest.mark.parametrize(("name", "text", "body"), POSITIVES, ids=lambda v: str(v)[:24])
 def test_true_positive(name: str, text: str, body: str) -> None:
     # The rule named masks the sample on its own, and so does the whole rule set.
-    assert_masked(apply_rules(text, (BY_NAME[name],)), body)
+    assert_masked(apply_rules(text, plan_rules((BY_NAME[name],))), body)
     out = DEFAULT_REDACTOR.redact(text)
     assert_masked(out, body)
     assert MASK in out

@@ -270,10 +270,6 @@ async def test_every_family_is_masked_in_every_stored_record(
     assert MASK in stored
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="kinds/_llm.py cuts rawTextPreview at 1024 before masking (owned elsewhere)",
-)
 async def test_an_llm_reply_cut_inside_a_key_keeps_no_half() -> None:
     stores = InMemoryStores()
     await stores.profiles.save_profile(family_profile())

@@ -23,7 +23,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from opsrun._redact_rules import BUILTIN_RULES, MASK, Rule, apply_rules, redact_private_keys
+from opsrun._redact_rules import (
+    BUILTIN_RULES,
+    MASK,
+    Rule,
+    RulePlan,
+    apply_rules,
+    plan_rules,
+    redact_private_keys,
+)
 from opsrun.errors import ConfigError
 
 __all__ = [
@@ -67,7 +75,7 @@ class Redactor:
     patterns: tuple[str | re.Pattern[str], ...] = ()
     builtin: bool = True
     max_depth: int = 32
-    _rules: tuple[Rule, ...] = field(init=False, repr=False, compare=False)
+    _rules: RulePlan = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         """Compile the rules.
@@ -96,7 +104,7 @@ class Redactor:
             except re.error as exc:
                 raise ConfigError(f"invalid redaction pattern {pattern!r}: {exc}") from exc
             rules.append(Rule("pattern", compiled, _mask_secret_group))
-        object.__setattr__(self, "_rules", tuple(rules))
+        object.__setattr__(self, "_rules", plan_rules(tuple(rules)))
 
     def with_secrets(self, *secrets: str) -> Redactor:
         """Return a copy that also masks ``secrets``.

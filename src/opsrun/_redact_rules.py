@@ -469,9 +469,32 @@ def redact_private_keys(text: str) -> str:
 _GUARDS = "_-.:="
 
 
-def apply_rules(text: str, rules: tuple[Rule, ...]) -> str:
+class RulePlan(NamedTuple):
+    """A rule list prepared for clean text: one search tells whether any anchor occurs."""
+
+    rules: tuple[Rule, ...]
+    """Every rule, in order."""
+    prefilter: re.Pattern[str] | None
+    """Matches any anchor of any anchored rule; None when no rule has anchors."""
+    unanchored: tuple[Rule, ...]
+    """The rules that run whatever the text holds, in order."""
+
+
+def plan_rules(rules: tuple[Rule, ...]) -> RulePlan:
+    """Prepare ``rules`` for :func:`apply_rules`."""
+    anchors = sorted({a for r in rules if r.anchors for a in r.anchors}, key=len, reverse=True)
+    prefilter = re.compile("|".join(map(re.escape, anchors))) if anchors else None
+    return RulePlan(rules, prefilter, tuple(r for r in rules if r.anchors is None))
+
+
+def apply_rules(text: str, plan: RulePlan) -> str:
     """``text`` with each rule applied in turn (a rule whose anchors are absent is skipped)."""
     lowered = text.lower()
+    rules = plan.rules
+    if plan.prefilter is not None and plan.prefilter.search(lowered) is None:
+        rules = plan.unanchored  # the common case: clean text, one search
+        if not rules:
+            return text
     # Most anchors hold punctuation ("ghp_", "sk-", "://"): one test per character tells
     # which anchors cannot occur, before one substring test per anchor.
     missing = frozenset(c for c in _GUARDS if c not in lowered)
@@ -487,6 +510,9 @@ def apply_rules(text: str, rules: tuple[Rule, ...]) -> str:
     return text
 
 
+_BUILTIN_PLAN = plan_rules(BUILTIN_RULES)
+
+
 def redact_builtin(text: str) -> str:
     """``text`` masked with the built-in rules alone (``DEFAULT_REDACTOR.redact``)."""
-    return apply_rules(redact_private_keys(text), BUILTIN_RULES)
+    return apply_rules(redact_private_keys(text), _BUILTIN_PLAN)

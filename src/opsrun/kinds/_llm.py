@@ -71,6 +71,7 @@ from ..errors import (
     RateLimited,
     ResponseFormatRejected,
     TemplateError,
+    bound_text,
 )
 from ..model import (
     ContentFormat,
@@ -196,7 +197,7 @@ async def _attempt(
         return _attempt_error(exc, timeout_ms)
     ex.usage = _add_usage(ex.usage, response.usage)
     if response.request_id is not None:
-        ex.outputs["providerRequestId"] = response.request_id[:256]
+        ex.outputs["providerRequestId"] = bound_text(response.request_id, 256, redactor=ex.redactor)
     ex.outputs["finishReason"] = response.finish_reason
     if response.finish_reason != "error":
         return response
@@ -586,21 +587,25 @@ class LlmOperation(Operation[LlmParams]):
         text = response.text
         if params.output.mode == "text":
             return text
-        ex.outputs["rawTextPreview"] = text[:RAW_TEXT_PREVIEW]
+        ex.outputs["rawTextPreview"] = bound_text(text, RAW_TEXT_PREVIEW, redactor=ex.redactor)
         ex.outputs["rawTextHash"] = sha256_text(text)
         try:
             value = parse_json_reply(text)
         except ValueError as exc:
-            message = f"the reply is not valid JSON: {exc}"[:PARSE_ERROR_MESSAGE]
+            message = bound_text(
+                f"the reply is not valid JSON: {exc}", PARSE_ERROR_MESSAGE, redactor=ex.redactor
+            )
             ex.outputs["parseErrorMessage"] = message
             raise _fail("output_parse_error", message) from exc
         if validator is not None:
             error = best_match(validator.iter_errors(value))
             if error is not None:
-                message = (
+                message = bound_text(
                     f"the reply does not match schema {params.output.schema_ref!r}: "
-                    f"{error.message} (at {error.json_path})"
-                )[:PARSE_ERROR_MESSAGE]
+                    f"{error.message} (at {error.json_path})",
+                    PARSE_ERROR_MESSAGE,
+                    redactor=ex.redactor,
+                )
                 ex.outputs["parseErrorMessage"] = message
                 raise _fail(
                     "output_parse_error",
@@ -664,7 +669,7 @@ def inputs_summary(params: LlmParams) -> dict[str, Any]:
     if params.max_output_tokens is not None:
         summary["maxOutputTokens"] = params.max_output_tokens
     if params.stop:
-        summary["stop"] = [s[:STOP_ITEM_CHARS] for s in params.stop[:STOP_ITEMS]]
+        summary["stop"] = [bound_text(s, STOP_ITEM_CHARS) for s in params.stop[:STOP_ITEMS]]
     if params.timeout_ms is not None:
         summary["timeoutMs"] = params.timeout_ms
     return summary

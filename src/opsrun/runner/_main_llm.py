@@ -264,7 +264,7 @@ def _prepare(ctx: RunContext, prompt: EffectivePrompt) -> tuple[MainLlmCall, Mai
         started_at=started_at,
         prompt_hash=digest,
         prompt=snapshot,
-        params=ctx.redactor.redact_value(bound_details(params)) if params else {},
+        params=bound_details(params, redactor=ctx.redactor) if params else {},
     )
     meta = ctx.meta
     request = MainLlmRequest(

@@ -178,7 +178,7 @@ class Runner:
         """The default summariser: bounded, then redacted."""
         if not summary:
             return {}
-        redacted: dict[str, Any] = self.redactor.redact_value(bound_details(summary))
+        redacted: dict[str, Any] = bound_details(summary, redactor=self.redactor)
         return redacted
 
     def abort(self, run_id: str, reason: str = "user_abort") -> bool:

@@ -48,7 +48,7 @@ from liquid.stream import TokenStream
 from liquid.token import TOKEN_EXPRESSION, TOKEN_TAG, Token
 from liquid.undefined import UNDEFINED
 
-from ...errors import ConfigError, TemplateError
+from ...errors import ConfigError, TemplateError, bound_text
 from ._filters import last, transcript, uniq
 from ._limits import TemplateCacheInfo, TemplateLimits
 
@@ -545,8 +545,13 @@ def _position(exc: BaseException) -> tuple[str, dict[str, Any]]:
     if position is None:
         return "", {}
     line, column, _prev, current, _next = position
-    near = token.value if len(token.value) <= 80 else token.value[:77] + "..."
-    details = {"line": line, "column": column + 1, "near": near, "source_line": current[:200]}
+    near = token.value if len(token.value) <= 80 else bound_text(token.value, 77) + "..."
+    details = {
+        "line": line,
+        "column": column + 1,
+        "near": near,
+        "source_line": bound_text(current, 200),
+    }
     return f" at line {line}, column {column + 1}, near {near!r}", details
 
 
