@@ -175,3 +175,50 @@ def test_the_end_of_file_marker_agrees_with_gnu_patch(
 def test_a_marked_line_that_is_not_last_anywhere_fails() -> None:
     patch = "@@ -1 +1 @@\n-a\n\\ No newline at end of file\n+b\n"
     assert code_of("a\nz\n", patch) == "ERR_PATCH_APPLY_FAILED"
+
+
+# --- 14: text after a finished hunk -----------------------------------------------------
+
+MAIL = (
+    "From 1234 Mon Sep 17 00:00:00 2001\nSubject: [PATCH] b to c\n\n---\n f | 2 +-\n\n"
+    "diff --git a/f b/f\nindex 1..2 100644\n--- a/f\n+++ b/f\n"
+    "@@ -1,2 +1,2 @@\n a\n-b\n+c\n-- \n2.39.0\n\n"
+)
+TRAILING_TEXT = [
+    ("a\nb\n", "@@ -1,2 +1,2 @@\n a\n-b\n+c\n-- \n2.39.0\n", "a\nc\n"),
+    ("a\nb\n", MAIL, "a\nc\n"),
+    ("a\nb\n", "@@ -1,2 +1,2 @@\n a\n-b\n+B\n- fixed the bug\n\nThanks!\n", "a\nB\n"),
+]
+
+
+@pytest.mark.parametrize(("original", "patch", "expected"), TRAILING_TEXT)
+def test_text_after_a_finished_hunk_is_not_read_as_diff_lines(
+    original: str, patch: str, expected: str
+) -> None:
+    assert apply_patch(original, patch) == expected
+
+
+@needs_gnu
+@pytest.mark.parametrize(("original", "patch", "expected"), TRAILING_TEXT)
+def test_text_after_a_finished_hunk_agrees_with_gnu_patch(
+    tmp_path: Path, original: str, patch: str, expected: str
+) -> None:
+    assert gnu(tmp_path, original, patch) == expected
+
+
+@pytest.mark.parametrize(
+    ("original", "patch", "expected"),
+    [
+        # Counts too small, the body goes on to the end: recounted.
+        ("a\nb\nc\nd\n", "@@ -1,2 +1,2 @@\n a\n-b\n+B\n c\n-d\n+D\n", "a\nB\nc\nD\n"),
+        ("a\nb\nc\n", "@@ -1,2 +1,1 @@\n a\n-b\n-c\n", "a\n"),
+        # Lines that add something are never dropped, whatever follows them.
+        ("a\nb\nc\nd\n", "@@ -1,2 +1,2 @@\n a\n-b\n+B\n c\n-d\n+D\nDone.\n", "a\nB\nc\nD\n"),
+        # The counts are met before anything changes: recounted.
+        ("a\nb\nc\n", "@@ -1,1 +1,1 @@\n a\n-b\n+B\n c\nDone.\n", "a\nB\nc\n"),
+    ],
+)
+def test_a_hunk_longer_than_its_counts_is_still_recounted(
+    original: str, patch: str, expected: str
+) -> None:
+    assert apply_patch(original, patch) == expected

@@ -208,8 +208,10 @@ def _collect_body(
     """Return a hunk's normalised body, the index after it, and its old and new counts.
 
     The body runs until a line that cannot belong to a hunk. When the header's counts
-    describe the body with only trailing blank lines left over, the header wins;
-    otherwise the counts are recomputed from the body, as ``git apply --recount`` does.
+    describe a body that changes something, the header wins if only blank lines are left
+    over, or if the lines left over add nothing and stop at text that is no diff (a mail
+    signature's ``-- `` and version, prose after the diff): they are text after the hunk.
+    Otherwise the counts are recomputed from the body, as ``git apply --recount`` does.
     """
     body: list[str] = []
     old = new = 0
@@ -245,11 +247,26 @@ def _collect_body(
         if old == old_h and new == new_h:
             fits = len(body)
         i += 1
-    if fits is not None and fits < len(body) and all(s == " " for s in body[fits:]):
+    if fits is not None and fits < len(body) and _left_over(lines, i, body, fits):
         old -= len(body) - fits
         new -= len(body) - fits
         del body[fits:]
     return body, i, old, new
+
+
+def _left_over(lines: list[str], stop: int, body: list[str], fits: int) -> bool:
+    """Whether ``body[fits:]`` is not part of a hunk its header's counts end at ``fits``."""
+    rest = body[fits:]
+    if all(s == " " for s in rest):
+        return True
+    if not any(s[0] in "+-" for s in body[:fits]) or any(s[0] == "+" for s in rest):
+        return False
+    after = lines[stop] if stop < len(lines) else None
+    return (
+        after is not None
+        and not after.startswith(("@@", "diff "))
+        and not _is_file_header(lines, stop)
+    )
 
 
 def _scan(
