@@ -222,3 +222,68 @@ def test_a_hunk_longer_than_its_counts_is_still_recounted(
     original: str, patch: str, expected: str
 ) -> None:
     assert apply_patch(original, patch) == expected
+
+
+# --- 15: diff -N timestamps and git file-mode headers -----------------------------------
+
+EPOCH = "1970-01-01 00:00:00.000000000 +0000"
+LATER = "2024-05-01 12:00:00.000000000 +0200"
+
+
+@pytest.mark.parametrize(
+    "stamp",
+    [
+        EPOCH,
+        "1970-01-01 00:00:00",
+        "1969-12-31 19:00:00.000000000 -0500",
+        "1970-01-01 01:00:00 +0100",
+    ],
+)
+def test_an_epoch_dated_old_side_creates_the_file(stamp: str) -> None:
+    patch = f"--- f\t{stamp}\n+++ f\t{LATER}\n@@ -0,0 +1 @@\n+x\n"
+    assert apply_patch("", patch, path="f") == "x\n"
+    with pytest.raises(PatchError) as info:
+        apply_patch("a\n", patch, path="f")
+    assert info.value.code == "ERR_PATCH_APPLY_FAILED"
+    assert "creates the file" in info.value.message
+
+
+def test_an_epoch_dated_new_side_deletes_the_file() -> None:
+    patch = f"--- f\t{LATER}\n+++ f\t{EPOCH}\n@@ -1,2 +0,0 @@\n-a\n-b\n"
+    assert apply_patch("a\nb\n", patch, path="f") == ""
+    partial = f"--- f\t{LATER}\n+++ f\t{EPOCH}\n@@ -1 +0,0 @@\n-a\n"
+    assert code_of("a\nb\n", partial) == "ERR_PATCH_APPLY_FAILED"
+
+
+def test_other_dates_are_ordinary_files() -> None:
+    patch = f"--- f\t1970-01-01 00:00:01 +0000\n+++ f\t{LATER}\n@@ -1 +1 @@\n-a\n+b\n"
+    assert apply_patch("a\n", patch, path="f") == "b\n"
+
+
+@needs_gnu
+def test_an_epoch_dated_creation_on_a_file_with_content_fails_like_gnu(tmp_path: Path) -> None:
+    patch = f"--- f\t{EPOCH}\n+++ f\t{LATER}\n@@ -0,0 +1 @@\n+x\n"
+    assert gnu(tmp_path, "a\n", patch) is None
+    assert gnu(tmp_path, "", patch) == "x\n"
+
+
+GIT_NEW = "diff --git a/f b/f\nnew file mode 100644\nindex 0000000..587be6b\n--- a/f\n+++ b/f\n"
+GIT_GONE = (
+    "diff --git a/f b/f\ndeleted file mode 100644\nindex 587be6b..0000000\n--- a/f\n+++ b/f\n"
+)
+
+
+def test_git_new_and_deleted_file_mode_headers_create_and_delete() -> None:
+    assert apply_patch("", GIT_NEW + "@@ -0,0 +1 @@\n+x\n", path="f") == "x\n"
+    assert code_of("a\n", GIT_NEW + "@@ -0,0 +1 @@\n+x\n") == "ERR_PATCH_APPLY_FAILED"
+    assert apply_patch("x\n", GIT_GONE + "@@ -1 +0,0 @@\n-x\n", path="f") == ""
+    assert code_of("x\ny\n", GIT_GONE + "@@ -1 +0,0 @@\n-x\n") == "ERR_PATCH_APPLY_FAILED"
+
+
+@pytest.mark.parametrize(
+    "header",
+    ["new file mode 100755", "deleted file mode 100755", "old mode 100644", "new mode 100755"],
+)
+def test_other_mode_headers_are_refused(header: str) -> None:
+    patch = f"diff --git a/f b/f\n{header}\n--- a/f\n+++ b/f\n@@ -1 +1 @@\n-a\n+b\n"
+    assert code_of("a\n", patch) == "ERR_PATCH_NOT_UNIFIED"

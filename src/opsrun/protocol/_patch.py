@@ -43,6 +43,12 @@ __all__ = [
     "sha256_hex",
 ]
 
+# A ``diff -N`` header dates a file that does not exist to the Epoch (in any time zone).
+_STAMP_RE = re.compile(
+    r"\t\s*(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.\d+)?(?: ([+-])(\d\d)(\d\d))?\s*$"
+)
+_GIT_CREATED = re.compile(r"^new file mode 100644\s*$")
+_GIT_DELETED = re.compile(r"^deleted file mode 100644\s*$")
 _HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? ?\+(\d+)(?:,(\d+))? ?@@(.*)$")
 _UNNUMBERED_RE = re.compile(r"^@@(?:[^@]*@@(.*))?$")
 _NO_NEWLINE = "\\ No newline at end of file"
@@ -192,10 +198,29 @@ def _not_unified(message: str, **details: object) -> PatchError:
 
 
 def _header_name(value: str) -> str:
+    if _dated_epoch(value):
+        return "/dev/null"
     name = value.split("\t", 1)[0].rstrip()
     if len(name) >= 2 and name.startswith('"') and name.endswith('"'):
         name = name[1:-1]
     return name
+
+
+def _dated_epoch(value: str) -> bool:
+    """Whether a ``---``/``+++`` header's timestamp is the Epoch: GNU's mark of no file."""
+    m = _STAMP_RE.search(value)
+    if m is None:
+        return False
+    year, month, day, hour, minute, second = (int(g) for g in m.group(1, 2, 3, 4, 5, 6))
+    seconds = ((hour * 60) + minute) * 60 + second
+    if (year, month, day) == (1969, 12, 31):
+        seconds -= 86_400
+    elif (year, month, day) != (1970, 1, 1):
+        return False
+    if m.group(7) is not None:
+        offset = (int(m.group(8)) * 60 + int(m.group(9))) * 60
+        seconds -= offset if m.group(7) == "+" else -offset
+    return seconds == 0
 
 
 def _is_file_header(lines: list[str], i: int) -> bool:
@@ -296,11 +321,16 @@ def _scan(
     headers: list[str] = []
     bodies: list[list[str]] = []
     numbered: list[bool] = []
+    created = deleted = False  # git's "new file mode" / "deleted file mode" headers
     i = 0
     while i < len(lines):
         line = lines[i]
         if line.startswith("diff --git "):
             git_files += 1
+        elif _GIT_CREATED.match(line):
+            created = True
+        elif _GIT_DELETED.match(line):
+            deleted = True
         elif _is_file_header(lines, i):
             files.append((_header_name(line[4:]), _header_name(lines[i + 1][4:])))
             i += 2
@@ -317,6 +347,11 @@ def _scan(
             _refuse_header(line, i)
         i += 1
     _check_one_file(patch, files, git_files, len(bodies))
+    if files and (created or deleted):
+        files[0] = (
+            "/dev/null" if created else files[0][0],
+            "/dev/null" if deleted else files[0][1],
+        )
     source, target = files[0] if files else ("a/file", "b/file")
     text = "\n".join([f"--- {source}", f"+++ {target}", *out]) + "\n"
     return files, headers, bodies, text, numbered
@@ -542,7 +577,8 @@ def _apply(
     if parsed.target is None and output.lines:
         raise PatchError(
             f"{label or 'the file'}: the patch deletes the file's whole text "
-            f"(+++ /dev/null) but {len(output.lines)} lines would remain",
+            "(+++ /dev/null, a new side dated 1970-01-01 00:00:00 UTC or 'deleted file mode') "
+            f"but {len(output.lines)} lines would remain",
             code="ERR_PATCH_APPLY_FAILED",
             details={"path": label, "remaining": len(output.lines)},
         )
@@ -563,8 +599,8 @@ def _check_target(parsed: _Parsed, text: str, path: str | None) -> None:
     if parsed.source is None and text:
         label = path or ""
         raise PatchError(
-            f"{label or 'the file'}: the patch creates the file (--- /dev/null) "
-            "but it already has content",
+            f"{label or 'the file'}: the patch creates the file (--- /dev/null, an old side "
+            "dated 1970-01-01 00:00:00 UTC or 'new file mode') but it already has content",
             code="ERR_PATCH_APPLY_FAILED",
             details={"path": label},
         )
