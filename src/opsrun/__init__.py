@@ -15,6 +15,7 @@ and ``opsrun.testing`` (doubles and pytest fixtures).
 
 from __future__ import annotations
 
+import logging as _logging
 from importlib.metadata import version as _version
 
 from .errors import ConfigError as ConfigError
@@ -43,6 +44,10 @@ from .runner import Runner as Runner
 from .stores import InMemoryStores as InMemoryStores
 
 __version__: str = _version("opsrun")
+
+# A library logs; the application decides where records go. Without this handler,
+# Python's last-resort handler would print opsrun's warnings to stderr.
+_logging.getLogger("opsrun").addHandler(_logging.NullHandler())
 """The installed version."""
 
 __all__ = [
