@@ -93,6 +93,27 @@ HOSTILE: list[tuple[str, str, str]] = [
         BIG + "{{ big | replace: 'x', 'é' | url_encode | url_encode }}",
         "max_string_length",
     ),
+    (
+        "huge-offset",
+        "{% for i in (1..1000000000000000000) offset: 999999999999999990 %}{{ i }}{% endfor %}",
+        "max_total_loop_iterations",
+    ),
+    (
+        "huge-offset-from-data",
+        "{% assign n = 999999990 %}{% for i in (1..1000000000) offset: n %}{{ i }}{% endfor %}",
+        "max_total_loop_iterations",
+    ),
+    (
+        "huge-reversed-range",
+        "{% for i in (1..1000000000) reversed limit: 3 %}{{ i }}{% endfor %}",
+        "max_total_loop_iterations",
+    ),
+    (
+        "huge-tablerow-offset",
+        "{% tablerow i in (1..1000000000) offset: 999999990 %}{{ i }}{% endtablerow %}",
+        "max_total_loop_iterations",
+    ),
+    ("long-date-input", BIG + "{{ '2024-01-01' | append: big | date: '%Y' }}", "max_date_input"),
     ("deep-blocks", "{% if true %}" * 200 + "{% endif %}" * 200, "block_nesting_limit"),
     (
         "deep-liquid-blocks",

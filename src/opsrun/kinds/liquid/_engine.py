@@ -27,7 +27,9 @@ from typing import Any, TextIO, cast
 
 from liquid import BoundTemplate, Environment, Mode, RenderContext, StrictUndefined, Undefined
 from liquid.ast import Node
-from liquid.builtin.tags.for_tag import ForLoop
+from liquid.builtin.expressions import LoopExpression
+from liquid.builtin.tags.for_tag import ForLoop, ForNode, ForTag
+from liquid.builtin.tags.tablerow_tag import TablerowNode, TablerowTag
 from liquid.exceptions import (
     BlockNestingError,
     ContextDepthError,
@@ -338,6 +340,11 @@ def _precheck(
         _check_text(_joined_weight(left, args[0] if args else " ", budget), limits, "'join'")
     elif name == "transcript":
         _check_text(_joined_weight(left, args[0] if args else "\n", budget), limits, "'transcript'")
+    elif name == "date" and isinstance(left, str) and len(left) > limits.max_date_input:
+        raise _FilterLimitError(
+            "max_date_input",
+            f"'date' of a {len(left)}-character string, longer than {limits.max_date_input}",
+        )
 
 
 def _postcheck(
@@ -378,12 +385,64 @@ def _guard(name: str, func: Callable[..., Any], limits: TemplateLimits) -> Calla
 # --- environment -------------------------------------------------------------------
 
 
+def _refuse_long_range(expression: LoopExpression, context: RenderContext) -> None:
+    """Refuse a loop with ``offset:`` or ``reversed`` over a range longer than the render's
+    iteration budget, before liquid slices it: skipping to the offset and reversing walk
+    the range in C, where no budget check runs."""
+    if expression.offset is None and not expression.reversed:
+        return  # liquid slices lazily from the start: its own loop limit fires first
+    iterable = expression.iterable.evaluate(context)
+    if not isinstance(iterable, range):
+        return  # other sequences are already in memory, their length bounded by the data
+    limits = cast("_SandboxEnvironment", context.env)._opsrun_limits
+    try:
+        length = len(iterable)
+    except OverflowError:  # longer than sys.maxsize
+        length = limits.max_total_loop_iterations + 1
+    if length > limits.max_total_loop_iterations:
+        raise _RenderLimitError(
+            "max_total_loop_iterations",
+            f"a loop over a range of {length} items; at most "
+            f"{limits.max_total_loop_iterations} iterations in one render",
+        )
+
+
+class _BoundedForNode(ForNode):
+    def render_to_output(self, context: RenderContext, buffer: TextIO) -> int:
+        _refuse_long_range(self.expression, context)
+        return super().render_to_output(context, buffer)
+
+    async def render_to_output_async(self, context: RenderContext, buffer: TextIO) -> int:
+        _refuse_long_range(self.expression, context)
+        return await super().render_to_output_async(context, buffer)
+
+
+class _BoundedForTag(ForTag):
+    node_class = _BoundedForNode
+
+
+class _BoundedTablerowNode(TablerowNode):
+    def render_to_output(self, context: RenderContext, buffer: TextIO) -> int:
+        _refuse_long_range(self.expression, context)
+        return super().render_to_output(context, buffer)
+
+    async def render_to_output_async(self, context: RenderContext, buffer: TextIO) -> int:
+        _refuse_long_range(self.expression, context)
+        return await super().render_to_output_async(context, buffer)
+
+
+class _BoundedTablerowTag(TablerowTag):
+    node_class = _BoundedTablerowNode
+
+
 class _SandboxEnvironment(Environment):
     template_class = _SandboxTemplate
     _opsrun_limits: TemplateLimits
 
     def setup_tags_and_filters(self, *, extra: bool = False) -> None:
         super().setup_tags_and_filters(extra=extra)
+        self.add_tag(_BoundedForTag)
+        self.add_tag(_BoundedTablerowTag)
         self.filters["last"] = last
         self.filters["transcript"] = transcript
         self.filters["uniq"] = uniq

@@ -29,6 +29,8 @@ class TemplateLimits:
             estimated size of text a filter builds from a collection.
         max_collection_length: Items of any list or range a filter takes or returns.
         max_integer_digits: Decimal digits of any integer a filter takes or returns.
+        max_date_input: Characters of a string the ``date`` filter parses (parsing is
+            slow per character and a date is short).
         timeout_seconds: Wall-clock budget of one parse and, separately, one render.
     """
 
@@ -43,6 +45,7 @@ class TemplateLimits:
     max_string_length: int = 1_000_000
     max_collection_length: int = 50_000
     max_integer_digits: int = 1_000
+    max_date_input: int = 256
     timeout_seconds: float = 0.5
 
     def __post_init__(self) -> None:
