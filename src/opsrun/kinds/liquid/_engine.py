@@ -407,28 +407,33 @@ def _refuse_long_range(expression: LoopExpression, context: RenderContext) -> No
         )
 
 
-class _BoundedForNode(ForNode):
+class _RangeGuard(Node):
+    """Refuses, before rendering, a loop over a range its budget cannot walk."""
+
+    __slots__ = ()
+    expression: LoopExpression
+
+    # Mixed in before liquid's ForNode / TablerowNode, so super() reaches their methods,
+    # not Node's abstract ones (mypy sees only the declared base).
     def render_to_output(self, context: RenderContext, buffer: TextIO) -> int:
         _refuse_long_range(self.expression, context)
-        return super().render_to_output(context, buffer)
+        return super().render_to_output(context, buffer)  # type: ignore[safe-super]
 
     async def render_to_output_async(self, context: RenderContext, buffer: TextIO) -> int:
         _refuse_long_range(self.expression, context)
         return await super().render_to_output_async(context, buffer)
+
+
+class _BoundedForNode(_RangeGuard, ForNode):
+    __slots__ = ()
 
 
 class _BoundedForTag(ForTag):
     node_class = _BoundedForNode
 
 
-class _BoundedTablerowNode(TablerowNode):
-    def render_to_output(self, context: RenderContext, buffer: TextIO) -> int:
-        _refuse_long_range(self.expression, context)
-        return super().render_to_output(context, buffer)
-
-    async def render_to_output_async(self, context: RenderContext, buffer: TextIO) -> int:
-        _refuse_long_range(self.expression, context)
-        return await super().render_to_output_async(context, buffer)
+class _BoundedTablerowNode(_RangeGuard, TablerowNode):
+    __slots__ = ()
 
 
 class _BoundedTablerowTag(TablerowTag):
