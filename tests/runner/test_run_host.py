@@ -34,7 +34,7 @@ from opsrun.model import (
 from opsrun.operations import OperationCatalog, OperationContext, SyncOperation
 from opsrun.ports import MainLlmDone
 from opsrun.runner import Executor, InProcessExecutor, Runner, SystemClock, ThreadExecutor
-from opsrun.runner._runner import _answered
+from opsrun.runner._runner import _already_turns, _answered, _TurnsSeen
 from opsrun.stores import InMemoryStores
 from opsrun.testing import ScriptedMainLlm
 
@@ -592,3 +592,44 @@ async def test_an_operation_may_skip_itself_for_a_policy() -> None:
     record = result.operation("moderated")
     assert (record.status, record.skipped_reason) == (OperationStatus.SKIPPED, "policy")
     assert result.status == RunStatus.FAILED  # a required operation that did not run
+
+
+def _host_message(i: int, role: ChatRole) -> ChatMessage:
+    variant = MessageVariant(variant_id=f"v{i}", content=f"m{i}", source="host")
+    return ChatMessage(
+        message_id=f"m{i}",
+        chat_id="c",
+        branch_id="main",
+        role=role,
+        variants=(variant,),
+        selected_variant_id=f"v{i}",
+    )
+
+
+@given(
+    steps=st.lists(
+        st.one_of(
+            st.lists(st.sampled_from(["u", "a", "s"]), min_size=1, max_size=6),  # append
+            st.integers(0, 40),  # delete the message at that index (if any)
+        ),
+        max_size=25,
+    )
+)
+def test_the_runner_knows_a_history_is_turns_without_rescanning_it(
+    steps: list[list[str] | int],
+) -> None:
+    """Remembering the checked prefix gives the verdict of a scan of the whole history,
+    whatever messages are appended or deleted between turns."""
+    roles = {"u": ChatRole.USER, "a": ChatRole.ASSISTANT, "s": ChatRole.SYSTEM}
+    seen = _TurnsSeen()
+    history: list[ChatMessage] = []
+    made = 0
+    for step in steps:
+        if isinstance(step, int):
+            if step < len(history):
+                del history[step]
+        else:
+            for letter in step:
+                made += 1
+                history.append(_host_message(made, roles[letter]))
+        assert seen.check(("c", "main"), history) == _already_turns(history)

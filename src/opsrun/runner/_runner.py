@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections import defaultdict
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from collections import OrderedDict, defaultdict
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -173,6 +173,7 @@ class Runner:
         # Profiles are immutable: validation results (and the rank of each operation in
         # profile order) are cached per profile object.
         self._validated: dict[int, _Checked] = {}
+        self._turns = _TurnsSeen()
 
     def _summarize(self, summary: dict[str, Any]) -> dict[str, Any]:
         """The default summariser: bounded, then redacted."""
@@ -469,17 +470,23 @@ class Runner:
         answers it.
         """
         history = await self.chats.history(request.chat_id, request.branch_id)
+        key = (request.chat_id, request.branch_id)
         # The turn is usually the newest message: look from the end.
         for index in range(len(history) - 1, -1, -1) if request.user_message_id else ():
             message = history[index]
             if message.message_id == user_message_id and message.role == ChatRole.USER:
-                return [*_answered(history[:index], user_message_id), message]
+                before = history[:index]
+                if self._turns.check(key, before):
+                    return [*before, message]
+                return [*_answered(before, user_message_id), message]
         if request.trigger == Trigger.REGENERATE:
             raise RunError(
                 f"no user message {user_message_id!r} in chat {request.chat_id!r}",
                 code="turn_not_found",
             )
         # the new user message is appended once the run is claimed
+        if self._turns.check(key, history):
+            return history
         return _answered(history, user_message_id)
 
 
@@ -526,6 +533,46 @@ _UNFOLLOWED = re.compile("u(?!a)")
 _role = attrgetter("role")
 
 
+def _already_turns(history: Sequence[ChatMessage]) -> bool:
+    """True when ``history`` is already turns: no user message lacks an answer right
+    after it and no two answers are adjacent (answers are stored after their user
+    message, one per turn). One scan of one letter per message decides."""
+    codes = "".join(map(_ROLE_CODES.__getitem__, map(_role, history)))
+    return _UNFOLLOWED.search(codes) is None and "aa" not in codes
+
+
+class _TurnsSeen:
+    """Per chat branch, how much of its history a runner already knows is turns, so a
+    turn scans only the messages added since (the chat's length does not count).
+
+    The knowledge is a prefix length and the id of the prefix's last message: a history
+    whose message at that place is another one (a message deleted before it) is scanned
+    whole again. Messages edited in place keep their role, so their letters hold.
+    """
+
+    _MAX = 4096
+
+    def __init__(self) -> None:
+        self._seen: OrderedDict[tuple[str, str | None], tuple[int, str]] = OrderedDict()
+
+    def check(self, key: tuple[str, str | None], history: Sequence[ChatMessage]) -> bool:
+        """Whether ``history`` is turns (as :func:`_already_turns`), remembered for next time."""
+        if not history:
+            return True
+        start = 0
+        known = self._seen.pop(key, None)
+        if known is not None:
+            count, last_id = known
+            if len(history) >= count > 0 and history[count - 1].message_id == last_id:
+                start = count - 1  # one letter of overlap: pairs across the boundary
+        if not _already_turns(history[start:]):
+            return False
+        self._seen[key] = (len(history), history[-1].message_id)
+        if len(self._seen) > self._MAX:
+            self._seen.popitem(last=False)
+        return True
+
+
 def _answered(history: list[ChatMessage], current: str) -> list[ChatMessage]:
     """``history`` as turns: each answered user message followed by its answer.
 
@@ -535,11 +582,7 @@ def _answered(history: list[ChatMessage], current: str) -> list[ChatMessage]:
     being run, stays). An answer stored after later turns (a turn taken over from a run
     whose process died) is placed right after its user message.
     """
-    # One letter per message: when no user message lacks an answer right after it and no
-    # two answers are adjacent, the history is already turns (answers are stored after
-    # their user message, one per turn). One scan decides; it runs on every turn.
-    codes = "".join(map(_ROLE_CODES.__getitem__, map(_role, history)))
-    if _UNFOLLOWED.search(codes) is None and "aa" not in codes:
+    if _already_turns(history):
         return history
     questions = {m.message_id for m in history if m.role is ChatRole.USER}
     answers: dict[str, list[ChatMessage]] = {}
