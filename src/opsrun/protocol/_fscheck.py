@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -25,7 +25,7 @@ from ._limits import PathPolicy, Violation
 from ._paths import protected_match
 from ._plan import Action, ActionKind
 
-__all__ = ["check_action_on_disk", "check_journal_dir"]
+__all__ = ["check_tree"]
 
 _MAX_READ_BYTES = 64 * 1024 * 1024
 _MAX_WALK_ENTRIES = 10_000
@@ -44,33 +44,51 @@ class _Target:
         return self.kind != "none"
 
 
-def check_action_on_disk(
-    index: int,
-    action: Action,
+def check_tree(
+    actions: Sequence[tuple[int, Action]],
     *,
     version: int,
     root: str,
     policy: PathPolicy,
 ) -> list[Violation]:
-    """Check one lexically valid action against the directory ``root``.
+    """Check lexically valid ``(index, action)`` pairs against the directory ``root``,
+    through one descriptor of the root, and the journal folder when there are actions.
 
-    Reports ERR_PATH_SYMLINK (a link on the path, or inside a directory to delete),
-    ERR_PATH_PROTECTED (``.git`` / ``.opsrun`` on the path or inside a directory to
-    delete), ERR_CREATE_EXISTS, ERR_V2_UPDATE_EXISTING_FORBIDDEN, ERR_TARGET_MISSING,
-    ERR_TARGET_TYPE (also a special file), ERR_BASE_MISMATCH, ERR_NON_UTF8_FILE,
-    ERR_RANGE_INVALID (range past the end), ERR_PROTECTED_PATH (creating over a protected
-    file, deleting a directory holding one) and ERR_FS_UNREADABLE. Never raises.
+    Reports ERR_PATH_SYMLINK (a link on the path, or inside a directory to delete, or a
+    linked ``.opsrun``), ERR_PATH_PROTECTED (``.git`` / ``.opsrun`` on the path or inside
+    a directory to delete), ERR_CREATE_EXISTS, ERR_V2_UPDATE_EXISTING_FORBIDDEN,
+    ERR_TARGET_MISSING, ERR_TARGET_TYPE (also a special file), ERR_BASE_MISMATCH,
+    ERR_NON_UTF8_FILE, ERR_RANGE_INVALID (range past the end), ERR_PROTECTED_PATH
+    (creating over a protected file, deleting a directory holding one) and
+    ERR_FS_UNREADABLE. Never raises.
     """
+    if not actions:
+        return []
+    out = _check_journal_dir(root)
+    try:
+        tree = Tree(FileSystem(), root)
+    except OSError as exc:
+        message = f"could not open the root: {exc.strerror or exc}"
+        return out + [
+            Violation(code="ERR_FS_UNREADABLE", message=message, path=a.path, action_index=i)
+            for i, a in actions
+        ]
+    try:
+        for index, action in actions:
+            out.extend(_check_on_disk(tree, index, action, version, policy))
+    finally:
+        tree.close()
+    return out
+
+
+def _check_on_disk(
+    tree: Tree, index: int, action: Action, version: int, policy: PathPolicy
+) -> list[Violation]:
     out: list[Violation] = []
 
     def add(code: str, message: str) -> None:
         out.append(Violation(code=code, message=message, path=action.path, action_index=index))
 
-    try:
-        tree = Tree(FileSystem(), root)
-    except OSError as exc:
-        add("ERR_FS_UNREADABLE", f"could not open the root: {exc.strerror or exc}")
-        return out
     try:
         state = tree.state(action.path, read=False)
         _check(_Target(tree, action.path, state.kind), action, version, policy, add)
@@ -78,8 +96,6 @@ def check_action_on_disk(
         add(exc.code, exc.message)
     except OSError as exc:
         add("ERR_FS_UNREADABLE", f"could not inspect the path: {exc.strerror or exc}")
-    finally:
-        tree.close()
     return out
 
 
@@ -208,7 +224,7 @@ def _check_text(data: bytes, action: Action, add: _Add) -> None:
             add("ERR_RANGE_INVALID", f"end_line {action.end_line} is past the end ({lines} lines)")
 
 
-def check_journal_dir(root: str) -> list[Violation]:
+def _check_journal_dir(root: str) -> list[Violation]:
     """``.opsrun`` and its lock must not be links (apply would refuse to use them)."""
     found: list[Violation] = []
     for path in (".opsrun", ".opsrun/lock", ".opsrun/.gitignore"):

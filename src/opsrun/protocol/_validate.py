@@ -15,7 +15,7 @@ from ._content import (
     looks_like_unified_diff,
     utf8,
 )
-from ._fscheck import check_action_on_disk, check_journal_dir
+from ._fscheck import check_tree
 from ._limits import PathPolicy, PlanLimits, Violation
 from ._memory import check_memory_patch
 from ._paths import (
@@ -222,19 +222,14 @@ class _Run:
             )
         self._conflicts(lexically_ok)
         if self.root is not None:
-            if self.plan.actions:
-                self.out.extend(check_journal_dir(self.root))
-            for index, action in enumerate(self.plan.actions):
-                if lexically_ok[index]:
-                    self.out.extend(
-                        check_action_on_disk(
-                            index,
-                            action,
-                            version=self.plan.version,
-                            root=self.root,
-                            policy=self.policy,
-                        )
-                    )
+            self.out.extend(
+                check_tree(
+                    [(i, a) for i, a in enumerate(self.plan.actions) if lexically_ok[i]],
+                    version=self.plan.version,
+                    root=self.root,
+                    policy=self.policy,
+                )
+            )
         self._context_requests()
         _, memory = check_memory_patch(
             self.plan.memory_patch, block_unknown=self.policy.block_unknown_memory_keys
