@@ -7,18 +7,15 @@ answer ``ok`` to a plan made earlier.
 
 from __future__ import annotations
 
-import json
 import os
 from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
 import anyio
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from opsrun.errors import ConfigError
-
-from ._atomic import write_atomic
+from ._atomic import read_model, write_atomic
 from ._plan import ContextRequest, Plan
 
 __all__ = ["FilePlanState", "InMemoryPlanState", "PlanState", "SavedPlan"]
@@ -104,18 +101,7 @@ class FilePlanState:
         await anyio.to_thread.run_sync(lambda: self.path.unlink(missing_ok=True))
 
     def _load(self) -> SavedPlan | None:
-        try:
-            text = self.path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return None
-        try:
-            return SavedPlan.model_validate(json.loads(text))
-        except (ValueError, ValidationError) as exc:
-            raise ConfigError(
-                f"{self.path} does not hold a saved plan: {exc}",
-                code="plan_state_invalid",
-                details={"path": str(self.path)},
-            ) from exc
+        return read_model(self.path, SavedPlan, code="plan_state_invalid", what="a saved plan")
 
     def _save(self, saved: SavedPlan) -> None:
         write_atomic(self.path, saved.model_dump_json(indent=2).encode("utf-8"))

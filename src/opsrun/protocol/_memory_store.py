@@ -17,11 +17,9 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import anyio
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from opsrun.errors import ConfigError
-
-from ._atomic import write_atomic
+from ._atomic import read_model, write_atomic
 from ._memory import ProjectPrefs, UserPrefs
 
 __all__ = [
@@ -113,18 +111,8 @@ class FileMemory:
 
 
 def _read(path: Path, model: type[M]) -> M:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return model()
-    try:
-        return model.model_validate(json.loads(text))
-    except (ValueError, ValidationError) as exc:
-        raise ConfigError(
-            f"{path} does not hold valid preferences: {exc}",
-            code="memory_invalid",
-            details={"path": str(path)},
-        ) from exc
+    found = read_model(path, model, code="memory_invalid", what="valid preferences")
+    return model() if found is None else found
 
 
 def _write(path: Path, prefs: BaseModel) -> None:
