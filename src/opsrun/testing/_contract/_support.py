@@ -313,8 +313,13 @@ class ContractBase:
 
     @pytest.fixture
     def stores(self) -> Stores:
-        """The store bundle under test: override this fixture in your subclass."""
-        raise NotImplementedError("override the `stores` fixture to return your Stores")
+        """The store bundle under test: your subclass overrides this fixture; without
+        the override every contract test fails with this message."""
+        pytest.fail(
+            f"{type(self).__name__} must override the `stores` fixture to return the "
+            "Stores under test",
+            pytrace=False,
+        )
 
     async def archived_versions(
         self, stores: Stores, key: OperationProfileSessionKey, tag: str
