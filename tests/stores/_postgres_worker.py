@@ -14,56 +14,21 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import anyio
+from _processes import DEAD_CHAT, ready_then_wait, run_turns
 
-from opsrun.model import (
-    MainLlmDelta,
-    OperationResult,
-    RunEvent,
-    RunFinished,
-    RunRequest,
-    RunStatus,
-    Trigger,
-    WindowRetention,
-)
-from opsrun.model import Run as RunRecord
-from opsrun.operations import OperationCatalog, OperationContext
-from opsrun.runner import Runner
+from opsrun.model import MainLlmDelta, RunEvent, RunFinished, RunStatus, Trigger
 from opsrun.stores.postgres import PostgresStores
-from opsrun.testing import ScriptedMainLlm
 
-KEYS = 12
-"""Turn keys every process claims."""
-TURNS = 4
-"""Turns every process runs on the shared branch."""
-CHAT = "chat"
-"""The shared chat (branch ``main``)."""
-DEAD_CHAT = "dead"
-"""The chat whose branch ``main`` a process holds when it dies."""
 FOLLOWED_RUN = "followed"
 """The run whose events another process appends while the test follows it."""
 FOLLOWED_EVENTS = 30
 """Events of :data:`FOLLOWED_RUN`, ``run.finished`` last."""
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-def counter_catalog() -> OperationCatalog:
-    """``count`` writes art.count = previous + 1, keeping two previous values."""
-    catalog = OperationCatalog()
-
-    @catalog.function("count", name="Count", write_tag="count")
-    async def count(ctx: OperationContext) -> OperationResult:
-        previous = ctx.art_value("count", 0)
-        assert isinstance(previous, int)
-        retention = WindowRetention(max_versions=2)
-        return OperationResult.done(artifact=ctx.write(previous + 1, retention=retention))
-
-    return catalog
 
 
 def followed_event(seq: int) -> RunEvent:
@@ -81,39 +46,6 @@ def followed_event(seq: int) -> RunEvent:
     return MainLlmDelta(**base, text=f"part {seq}")
 
 
-def _ready_then_wait(sync_dir: Path, name: str) -> None:
-    (sync_dir / f"ready-{name}").touch()
-    while not (sync_dir / "go").exists():
-        time.sleep(0.002)
-
-
-async def turns(stores: PostgresStores, sync_dir: Path, name: str) -> dict[str, Any]:
-    _ready_then_wait(sync_dir, name)
-    claims: dict[str, str] = {}
-    for k in range(KEYS):
-        run = RunRecord(
-            run_id=f"claim-{name}-{k}",
-            trigger=Trigger.GENERATE,
-            chat_id="claims",
-            branch_id="main",
-            user_message_id=f"u{k}",
-            dedupe_key=f"key-{k}",
-            started_at=datetime.now(UTC),
-        )
-        claims[f"key-{k}"] = (await stores.runs.claim(run)).run_id
-    main_llm = ScriptedMainLlm(default="an answer", chunk_size=3)
-    runner = Runner(catalog=counter_catalog(), stores=stores, main_llm=main_llm)
-    done = []
-    for t in range(TURNS):
-        request = RunRequest(
-            trigger="generate", chat_id=CHAT, profile_id="counter", user_message=f"{name}/{t}"
-        )
-        result = await runner.run(request)
-        done.append({"run_id": result.run.run_id, "status": result.status.value})
-    sent = [len(request.messages) for request in main_llm.requests]
-    return {"claims": claims, "turns": done, "sent": sent}
-
-
 async def events(stores: PostgresStores) -> None:
     for start in range(2, FOLLOWED_EVENTS + 1, 3):
         batch = [followed_event(s) for s in range(start, min(start + 3, FOLLOWED_EVENTS + 1))]
@@ -124,11 +56,11 @@ async def main(mode: str, dsn: str, schema: str, sync_dir: Path, name: str) -> N
     async with PostgresStores(dsn, schema=schema, migrate=False) as stores:
         if mode == "hold":
             async with stores.runs.hold_branch(DEAD_CHAT, "main"):
-                _ready_then_wait(sync_dir, name)
+                ready_then_wait(sync_dir, name)
                 await events(stores)
                 os._exit(0)  # dies holding the branch: its connection ends with it
         else:
-            print(json.dumps(await turns(stores, sync_dir, name)))
+            print(json.dumps(await run_turns(stores, sync_dir, name)))
 
 
 if __name__ == "__main__":

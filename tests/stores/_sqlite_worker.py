@@ -17,27 +17,18 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import anyio
+from _processes import DEAD_CHAT, ready_then_wait, run_turns
 
-from opsrun.model import OperationResult, Run, RunRequest, Trigger, WindowRetention
-from opsrun.operations import OperationCatalog, OperationContext
+from opsrun.model import RunRequest
+from opsrun.operations import OperationCatalog
 from opsrun.runner import Runner
 from opsrun.stores.sqlite import SqliteStores
 from opsrun.testing import ScriptedMainLlm
 
-KEYS = 12
-"""Turn keys every process claims."""
-TURNS = 4
-"""Turns every process runs on the shared branch."""
-CHAT = "chat"
-"""The shared chat (branch ``main``)."""
-DEAD_CHAT = "dead"
-"""The chat whose branch ``main`` a process holds when it dies."""
 DEAD_LEASE = 0.5
 """The branch lease of the process that dies (seconds)."""
 STREAM_CHAT = "streamed"
@@ -46,52 +37,9 @@ STREAM_REPLY = "a reply that arrives in many small pieces"
 """The streamed turn's answer: ten pieces of four characters, 50 ms apart."""
 
 
-def counter_catalog() -> OperationCatalog:
-    """``count`` writes art.count = previous + 1, keeping two previous values."""
-    catalog = OperationCatalog()
-
-    @catalog.function("count", name="Count", write_tag="count")
-    async def count(ctx: OperationContext) -> OperationResult:
-        previous = ctx.art_value("count", 0)
-        assert isinstance(previous, int)
-        retention = WindowRetention(max_versions=2)
-        return OperationResult.done(artifact=ctx.write(previous + 1, retention=retention))
-
-    return catalog
-
-
-def _ready_then_wait(sync_dir: Path, name: str) -> None:
-    (sync_dir / f"ready-{name}").touch()
-    while not (sync_dir / "go").exists():
-        time.sleep(0.002)
-
-
 async def turns(db: str, sync_dir: Path, name: str) -> dict[str, Any]:
     with SqliteStores(db) as stores:
-        _ready_then_wait(sync_dir, name)
-        claims: dict[str, str] = {}
-        for k in range(KEYS):
-            run = Run(
-                run_id=f"claim-{name}-{k}",
-                trigger=Trigger.GENERATE,
-                chat_id="claims",
-                branch_id="main",
-                user_message_id=f"u{k}",
-                dedupe_key=f"key-{k}",
-                started_at=datetime.now(UTC),
-            )
-            claims[f"key-{k}"] = (await stores.runs.claim(run)).run_id
-        main_llm = ScriptedMainLlm(default="an answer", chunk_size=3)
-        runner = Runner(catalog=counter_catalog(), stores=stores, main_llm=main_llm)
-        done = []
-        for t in range(TURNS):
-            request = RunRequest(
-                trigger="generate", chat_id=CHAT, profile_id="counter", user_message=f"{name}/{t}"
-            )
-            result = await runner.run(request)
-            done.append({"run_id": result.run.run_id, "status": result.status.value})
-        sent = [len(request.messages) for request in main_llm.requests]
-        return {"claims": claims, "turns": done, "sent": sent}
+        return await run_turns(stores, sync_dir, name)
 
 
 async def hold(db: str, sync_dir: Path, name: str) -> None:
@@ -103,7 +51,7 @@ async def hold(db: str, sync_dir: Path, name: str) -> None:
 
 async def stream(db: str, sync_dir: Path, name: str) -> dict[str, Any]:
     with SqliteStores(db) as stores:
-        _ready_then_wait(sync_dir, name)
+        ready_then_wait(sync_dir, name)
         main_llm = ScriptedMainLlm(default=STREAM_REPLY, chunk_size=4, delay=0.05)
         runner = Runner(catalog=OperationCatalog(), stores=stores, main_llm=main_llm)
         request = RunRequest(trigger="generate", chat_id=STREAM_CHAT, user_message="go on")

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,15 +18,15 @@ from typing import Any
 import anyio
 import pytest
 from _postgres_support import drop_schema, new_schema, postgres_for_module
-from _postgres_worker import (
+from _postgres_worker import FOLLOWED_EVENTS, FOLLOWED_RUN, followed_event
+from _processes import (
     CHAT,
+    COUNTER_PROFILE,
     DEAD_CHAT,
-    FOLLOWED_EVENTS,
-    FOLLOWED_RUN,
     KEYS,
     TURNS,
-    counter_catalog,
-    followed_event,
+    start_worker,
+    wait_until,
 )
 
 from opsrun.model import (
@@ -36,11 +34,7 @@ from opsrun.model import (
     Artifact,
     ChatMessage,
     ChatRole,
-    Hook,
-    OperationConfig,
-    OperationProfile,
     OperationProfileSessionKey,
-    ProfileOperation,
     Run,
     RunEvent,
     Trigger,
@@ -63,38 +57,11 @@ class Outcome:
 
 
 def _start(mode: str, dsn: str, schema: str, sync_dir: Path, name: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, str(WORKER), mode, dsn, schema, str(sync_dir), name],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def _wait_until(done: Callable[[], bool], processes: list[subprocess.Popen[str]]) -> None:
-    deadline = time.monotonic() + 60  # a safety net for a hung worker, not a measurement
-    while not done():
-        for process in processes:
-            if process.poll() not in (None, 0):
-                pytest.fail(f"a worker failed:\n{process.communicate()[1]}")
-        assert time.monotonic() < deadline, "workers did not get ready"
-        time.sleep(0.01)
+    return start_worker(WORKER, mode, dsn, schema, str(sync_dir), name)
 
 
 async def _prepare(dsn: str, schema: str) -> None:
     """The schema, the workers' profile, and the followed run with its first event."""
-    counter_catalog()  # the workers' catalog: the profile below must suit it
-    profile = OperationProfile(
-        profile_id="counter",
-        name="Counter",
-        operation_profile_session_id="s1",
-        operations=(
-            ProfileOperation(
-                operation_id="count",
-                config=OperationConfig(hooks=(Hook.AFTER_MAIN_LLM,), order=1, required=True),
-            ),
-        ),
-    )
     followed = Run(
         run_id=FOLLOWED_RUN,
         trigger=Trigger.GENERATE,
@@ -104,7 +71,7 @@ async def _prepare(dsn: str, schema: str) -> None:
         started_at=followed_event(1).ts,
     )
     async with PostgresStores(dsn, schema=schema) as stores:
-        await stores.profiles.save_profile(profile)
+        await stores.profiles.save_profile(COUNTER_PROFILE)
         await stores.runs.claim(followed)
         await stores.runs.append_events(FOLLOWED_RUN, [followed_event(1)])
 
@@ -137,7 +104,7 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outcome]:
         ]
         try:
             ready = ["dead", *names]
-            _wait_until(lambda: all((root / f"ready-{n}").exists() for n in ready), processes)
+            wait_until(lambda: all((root / f"ready-{n}").exists() for n in ready), processes)
             followed = anyio.run(_follow_then_go, dsn, schema, root)
             outputs = [process.communicate(timeout=120) for process in processes]
         finally:

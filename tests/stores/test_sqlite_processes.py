@@ -9,9 +9,6 @@ from __future__ import annotations
 import json
 import sqlite3
 import subprocess
-import sys
-import time
-from collections.abc import Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,24 +16,21 @@ from typing import Any
 
 import anyio
 import pytest
-from _sqlite_worker import (
+from _processes import (
     CHAT,
+    COUNTER_PROFILE,
     DEAD_CHAT,
     KEYS,
-    STREAM_CHAT,
-    STREAM_REPLY,
     TURNS,
-    counter_catalog,
+    start_worker,
+    wait_until,
 )
+from _sqlite_worker import STREAM_CHAT, STREAM_REPLY
 
 from opsrun.model import (
     ChatRole,
-    Hook,
     MainLlmDelta,
-    OperationConfig,
-    OperationProfile,
     OperationProfileSessionKey,
-    ProfileOperation,
     RunEvent,
     RunStatus,
 )
@@ -56,39 +50,12 @@ class Outcome:
 
 
 def _start(mode: str, db: Path, sync_dir: Path, name: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, str(WORKER), mode, str(db), str(sync_dir), name],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def _wait_until(done: Callable[[], bool], processes: list[subprocess.Popen[str]]) -> None:
-    deadline = time.monotonic() + 60  # a safety net for a hung worker, not a measurement
-    while not done():
-        for process in processes:
-            if process.poll() not in (None, 0):
-                pytest.fail(f"a worker failed:\n{process.communicate()[1]}")
-        assert time.monotonic() < deadline, "workers did not get ready"
-        time.sleep(0.01)
+    return start_worker(WORKER, mode, str(db), str(sync_dir), name)
 
 
 async def _save_profile(db: Path) -> None:
-    counter_catalog()  # the workers' catalog: the profile below must suit it
-    profile = OperationProfile(
-        profile_id="counter",
-        name="Counter",
-        operation_profile_session_id="s1",
-        operations=(
-            ProfileOperation(
-                operation_id="count",
-                config=OperationConfig(hooks=(Hook.AFTER_MAIN_LLM,), order=1, required=True),
-            ),
-        ),
-    )
     with SqliteStores(db) as stores:
-        await stores.profiles.save_profile(profile)
+        await stores.profiles.save_profile(COUNTER_PROFILE)
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +69,7 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Outcome:
     processes = [_start("hold", db, root, "dead")] + [_start("turns", db, root, n) for n in names]
     try:
         ready = ["dead", *names]
-        _wait_until(lambda: all((root / f"ready-{n}").exists() for n in ready), processes)
+        wait_until(lambda: all((root / f"ready-{n}").exists() for n in ready), processes)
         (root / "go").touch()
         outputs = [process.communicate(timeout=120) for process in processes]
     finally:
@@ -206,7 +173,7 @@ def test_a_run_executing_in_another_process_is_followed_to_its_end(tmp_path: Pat
     SqliteStores(db).close()
     process = _start("stream", db, tmp_path, "streamer")
     try:
-        _wait_until(lambda: (tmp_path / "ready-streamer").exists(), [process])
+        wait_until(lambda: (tmp_path / "ready-streamer").exists(), [process])
         (tmp_path / "go").touch()
         followed, stored, running_at_first = anyio.run(_follow_the_streamed_run, db)
         stdout, stderr = process.communicate(timeout=120)
