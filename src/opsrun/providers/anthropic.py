@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import anyio
 
@@ -55,11 +54,12 @@ from ._anthropic._request import (
     reply_text,
     usage_of,
 )
+from ._owned import OwnsClient
 
 __all__ = ["AnthropicProvider"]
 
 
-class AnthropicProvider:
+class AnthropicProvider(OwnsClient):
     """The Anthropic Messages API behind opsrun's main LLM and ``llm``-kind ports.
 
     As the main LLM, :meth:`stream` yields text deltas and a final
@@ -99,6 +99,8 @@ class AnthropicProvider:
     Raises:
         ConfigError: conflicting or invalid arguments.
     """
+
+    _client: AsyncAnthropic
 
     def __init__(
         self,
@@ -240,22 +242,6 @@ class AnthropicProvider:
         )
 
     # -- lifecycle -------------------------------------------------------------------------
-
-    async def aclose(self) -> None:
-        """Close the HTTP client this provider created (a client passed in stays open)."""
-        if self._owns_client:
-            await self._client.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     def __repr__(self) -> str:
         return f"AnthropicProvider(model={self.model!r}, base_url={str(self._client.base_url)!r})"

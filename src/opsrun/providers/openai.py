@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import anyio
 
@@ -54,6 +53,7 @@ from ._openai._request import (
     settings_from,
 )
 from ._openai._stream import ChunkReader
+from ._owned import OwnsClient
 
 __all__ = ["OpenAIProvider"]
 
@@ -63,7 +63,7 @@ _NO_KEY = "no-key"
 _Headers = Mapping[str, str | openai.Omit]
 
 
-class OpenAIProvider:
+class OpenAIProvider(OwnsClient):
     """An OpenAI-compatible chat model: the main LLM and an ``llm``-kind provider in one.
 
     Args:
@@ -98,6 +98,8 @@ class OpenAIProvider:
         ConfigError: ``model`` is empty, ``default_params`` has a key that is not a
             setting, or ``client`` comes with connection arguments.
     """
+
+    _client: openai.AsyncOpenAI
 
     def __init__(
         self,
@@ -165,22 +167,6 @@ class OpenAIProvider:
     def client(self) -> openai.AsyncOpenAI:
         """The SDK client (a copy of the one given, with the SDK's retries off)."""
         return self._client
-
-    async def aclose(self) -> None:
-        """Close the HTTP connections of a client the adapter built (not one given)."""
-        if self._owns_client:
-            await self._client.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     def __repr__(self) -> str:
         return f"OpenAIProvider(model={self.model!r}, base_url={self.base_url!r})"
