@@ -86,3 +86,43 @@ def test_a_mutable_default_is_copied_per_instance() -> None:
     assert first.tags == ["a"]
     assert first.tags is not second.tags
     same(first, _Mutable())
+
+
+def test_build_over_equals_build_of_the_merged_values() -> None:
+    base = {"run_id": "r", "chat_id": "c", "user_message_id": "m", "trigger": "generate"}
+    validated = RunPhaseChanged(seq=3, ts=T0, phase="planning", **base)
+    trusted = {name: getattr(validated, name) for name in base}
+    values = {"seq": 3, "ts": T0, "phase": validated.phase}
+    fast = Builder(RunPhaseChanged).build_over(trusted, values)
+    same(fast, validated)
+
+
+def test_instances_of_a_frozen_model_share_fields_sets_that_never_leak() -> None:
+    """Frozen instances built with the same names share one fields set; copying one with
+    an update gives the copy its own set and leaves every sibling as it was."""
+    build = Builder(MessageVariant)
+    first = build(variant_id="a", content="x", created_at=T0)
+    second = build(variant_id="b", content="y", created_at=T0)
+    assert first.model_fields_set is second.model_fields_set
+    copied = first.model_copy(update={"meta": {"k": 1}})
+    assert copied.model_fields_set == {"variant_id", "content", "created_at", "meta"}
+    assert first.model_fields_set == second.model_fields_set
+    assert "meta" not in second.model_fields_set
+    assert second.model_dump(exclude_unset=True, by_alias=False) == {
+        "variant_id": "b",
+        "content": "y",
+        "created_at": T0,
+    }
+
+
+class _Open(BaseModel):
+    name: str = ""
+    size: int = 0
+
+
+def test_instances_of_a_mutable_model_get_a_fields_set_each() -> None:
+    build = Builder(_Open)
+    first, second = build(name="a"), build(name="b")
+    first.size = 2  # assignment adds to the instance's own fields set
+    assert first.model_fields_set == {"name", "size"}
+    assert second.model_fields_set == {"name"}

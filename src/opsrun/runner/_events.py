@@ -108,8 +108,6 @@ class EventEmitter:
         self._now = cast(ImmediateEventLog, store) if sink is None and _immediate(store) else None
         """The store, when events are appended as they are emitted."""
         self._run_id: str = base["run_id"]
-        self._builders: dict[type[Any], Builder[Any]] = {}
-        """Per event type, its builder with this run's ``base`` fields bound."""
 
     @property
     def pending(self) -> bool:
@@ -140,10 +138,7 @@ class EventEmitter:
         fields["ts"] = ts
         event: RunEvent
         if type(ts) is datetime:
-            builder = self._builders.get(event_type)
-            if builder is None:
-                builder = self._builders[event_type] = _BUILDERS[event_type].bind(self._base)
-            event = builder.build(fields)
+            event = _BUILDERS[event_type].build_over(self._base, fields)
         else:
             event = event_type(**self._base, **fields)
         if self._now is not None:
