@@ -229,6 +229,10 @@ class SteppingClock:
         self.readings.append(len(self.readings) * self.step)
         return self.readings[-1]
 
+    def latest(self) -> float:
+        """The last reading (the CPU clock of a thread that got every moment of it)."""
+        return self.readings[-1] if self.readings else 0.0
+
 
 def test_render_timeout_is_cooperative(monkeypatch: pytest.MonkeyPatch) -> None:
     """The render checks the clock as it goes and stops at the first check past its budget.
@@ -240,6 +244,7 @@ def test_render_timeout_is_cooperative(monkeypatch: pytest.MonkeyPatch) -> None:
     engine.parse(ENDLESS)  # parsed (and cached) on the real clock
     clock = SteppingClock(0.25)
     monkeypatch.setattr(liquid_engine, "monotonic", clock)
+    monkeypatch.setattr(liquid_engine, "thread_time", clock.latest)  # all of it CPU
     with pytest.raises(TemplateError) as info:
         engine.render(ENDLESS)
     assert _limit_of(info.value) == "timeout_seconds"
@@ -260,6 +265,7 @@ def test_render_timeout_stops_an_endless_loop_on_the_real_clock() -> None:
 def test_parse_timeout_is_cooperative(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = SteppingClock(1.0)
     monkeypatch.setattr(liquid_engine, "monotonic", clock)
+    monkeypatch.setattr(liquid_engine, "thread_time", clock.latest)
     engine = TemplateEngine(limits=TemplateLimits(timeout_seconds=5))
     with pytest.raises(TemplateError) as info:
         engine.parse("{{ x }}" * 100)
@@ -267,6 +273,23 @@ def test_parse_timeout_is_cooperative(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "parsing took longer than 5s" in info.value.message
     # Deadline at 0 + 5, one reading per token: the sixth token's reading stops it.
     assert clock.readings == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+
+
+def test_time_the_machine_spends_elsewhere_does_not_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a busy machine the wall clock runs far past the budget while the rendering
+    thread itself gets little CPU time: the budget is the thread's CPU time."""
+    wall = SteppingClock(1.0)
+    cpu = SteppingClock(0.01)
+    monkeypatch.setattr(liquid_engine, "monotonic", wall)
+    monkeypatch.setattr(liquid_engine, "thread_time", cpu)
+    engine = TemplateEngine(limits=TemplateLimits(timeout_seconds=5))
+    source = "{% for i in (1..50) %}{{ i }}{% endfor %}"
+    assert engine.render(source).startswith("12345")
+    assert wall.readings[-1] > 50  # far past 5 s on the wall clock
+    assert len(cpu.readings) > 2  # the CPU clock was read once the wall deadline passed
+    assert cpu.readings[-1] < 5
 
 
 def test_small_custom_limits() -> None:

@@ -22,7 +22,7 @@ from contextvars import ContextVar
 from decimal import Decimal
 from functools import wraps
 from io import StringIO
-from time import monotonic
+from time import monotonic, thread_time
 from typing import Any, TextIO, cast
 
 from liquid import BoundTemplate, Environment, Mode, RenderContext, StrictUndefined, Undefined
@@ -85,14 +85,40 @@ _LIQUID_LIMITS: dict[type[LiquidError], str] = {
 }
 
 
-class _Budget:
-    """Mutable per-render state: the deadline, loop count and memoised data weights."""
+class _Clock:
+    """The time budget of one parse or render: CPU time of the thread doing it.
 
-    __slots__ = ("deadline", "iterations", "limits", "weights")
+    A render never yields, so its thread's CPU time is what the template costs; time the
+    machine spent on other work does not count. Reading that clock is a system call, so
+    the wall clock is checked instead, and the CPU clock only once the wall clock says
+    the budget may be spent (CPU time never runs ahead of wall time).
+    """
+
+    __slots__ = ("budget", "deadline", "started")
+
+    def __init__(self, seconds: float) -> None:
+        self.budget = seconds
+        self.started = thread_time()
+        self.deadline = monotonic() + seconds
+        """When the budget may be spent, on the wall clock."""
+
+    def spent(self, now: float) -> bool:
+        """True once the budget is spent, ``now`` being the wall clock past ``deadline``."""
+        left = self.budget - (thread_time() - self.started)
+        if left <= 0:
+            return True
+        self.deadline = now + left
+        return False
+
+
+class _Budget:
+    """Mutable per-render state: the time budget, loop count and memoised data weights."""
+
+    __slots__ = ("clock", "iterations", "limits", "weights")
 
     def __init__(self, limits: TemplateLimits) -> None:
         self.limits = limits
-        self.deadline = monotonic() + limits.timeout_seconds
+        self.clock = _Clock(limits.timeout_seconds)
         self.iterations = 0
         # id -> (object, weight); holding the object keeps its id from being reused.
         self.weights: dict[int, tuple[object, int]] = {}
@@ -104,7 +130,10 @@ _ACTIVE: ContextVar[_Budget | None] = ContextVar("opsrun_liquid_budget", default
 
 def _tick() -> None:
     budget = _ACTIVE.get()
-    if budget is not None and monotonic() > budget.deadline:
+    if budget is None:
+        return
+    now = monotonic()
+    if now > budget.clock.deadline and budget.clock.spent(now):
         raise _RenderLimitError(
             "timeout_seconds", f"render took longer than {budget.limits.timeout_seconds}s"
         )
@@ -462,12 +491,13 @@ class _SandboxEnvironment(Environment):
                 "max_source_length",
                 f"template source of {len(source)} characters exceeds {limits.max_source_length}",
             )
-        deadline = monotonic() + limits.timeout_seconds
+        clock = _Clock(limits.timeout_seconds)
 
         def tokens() -> Iterator[Token]:
             tag = ""
             for token in self.tokenizer()(source):
-                if monotonic() > deadline:
+                now = monotonic()
+                if now > clock.deadline and clock.spent(now):
                     raise _RenderLimitError(
                         "timeout_seconds", f"parsing took longer than {limits.timeout_seconds}s"
                     )

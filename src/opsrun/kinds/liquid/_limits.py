@@ -31,7 +31,8 @@ class TemplateLimits:
         max_integer_digits: Decimal digits of any integer a filter takes or returns.
         max_date_input: Characters of a string the ``date`` filter parses (parsing is
             slow per character and a date is short).
-        timeout_seconds: Wall-clock budget of one parse and, separately, one render.
+        timeout_seconds: Time budget of one parse and, separately, one render, in CPU
+            time of the thread doing it (a busy machine does not fail a template).
     """
 
     max_source_length: int = 65_536
