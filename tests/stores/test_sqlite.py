@@ -386,12 +386,12 @@ async def test_stores_stop_their_threads_when_closed_or_dropped(tmp_path: Path) 
     others = _store_threads()
     stores = SqliteStores(tmp_path / "chat.db")
     await stores.profiles.save_profile(PROFILE)
-    assert len(_store_threads() - others) == 2  # a writer and a reader
+    assert len(_store_threads() - others) == 3  # a writer, a reader and a checkpointer
     stores.close()
     assert _store_threads() - others == set()
     dropped = SqliteStores(tmp_path / "chat.db")
     assert await dropped.profiles.get_profile("p") == PROFILE
-    assert len(_store_threads() - others) == 2
+    assert len(_store_threads() - others) == 3
     del dropped
     gc.collect()
     for _ in range(100):  # the finalizer asked the threads to stop; they end at once
@@ -410,3 +410,29 @@ async def test_a_cancelled_call_waits_for_its_write_to_finish(tmp_path: Path) ->
             assert gate.is_set()  # returned only once its transaction was over
             await anyio.sleep(10)  # the cancellation arrives at the next checkpoint
         assert gate.is_set()
+
+
+async def test_the_wal_is_checkpointed_in_the_background(tmp_path: Path) -> None:
+    """Commits wake the checkpointer thread every ``EVERY_COMMITS``; its checkpoints
+    leave every record readable, before and after the stores are reopened."""
+    from opsrun.stores._sqlite._checkpoint import EVERY_COMMITS
+
+    with SqliteStores(tmp_path / "chat.db") as stores:
+        checkpointer = stores._db.checkpointer
+        assert checkpointer is not None
+        for i in range(2 * EVERY_COMMITS):  # one commit each
+            await stores.profiles.save_profile(PROFILE.model_copy(update={"profile_id": f"p{i}"}))
+        for _ in range(1000):
+            if checkpointer.checkpoints >= 1:
+                break
+            await anyio.sleep(0.01)
+        assert checkpointer.checkpoints >= 1
+        assert await stores.profiles.get_profile(f"p{2 * EVERY_COMMITS - 1}") is not None
+    with SqliteStores(tmp_path / "chat.db") as reopened:
+        for i in range(2 * EVERY_COMMITS):
+            assert await reopened.profiles.get_profile(f"p{i}") is not None
+
+
+def test_a_private_database_has_no_checkpointer() -> None:
+    with SqliteStores(":memory:") as stores:
+        assert stores._db.checkpointer is None

@@ -20,6 +20,7 @@ import pydantic
 
 from ...errors import StoreError
 from ._cache import RecordCache
+from ._checkpoint import BACKSTOP_PAGES, Checkpointer
 from ._schema import migrate
 from ._worker import Job, Worker
 
@@ -82,30 +83,47 @@ class Database:
         except sqlite3.Error as exc:
             raise _store_error(exc, self.path) from exc
         reader = writer
+        checkpoints: sqlite3.Connection | None = None
         try:
             if not self.private:
                 writer.execute("PRAGMA journal_mode = WAL").fetchall()
                 writer.execute("PRAGMA synchronous = NORMAL")
+                writer.execute(f"PRAGMA wal_autocheckpoint = {BACKSTOP_PAGES}")
             migrate(writer)
             if not self.private:
                 reader = _connect(self.path, busy_timeout)
                 reader.execute("PRAGMA query_only = ON")
+                checkpoints = _connect(self.path, busy_timeout)
         except BaseException as exc:
             writer.close()
+            if reader is not writer:
+                reader.close()
             if isinstance(exc, sqlite3.Error):
                 raise _store_error(exc, self.path) from exc
             raise
         translate = _Translate(self.path)
         closed = _Closed(self.path)
         name = f"opsrun-sqlite {os.path.basename(self.path) or 'memory'}"
-        self._writer = Worker(writer, name=name, translate=translate, closed_error=closed)
+        self.checkpointer: Checkpointer | None = None
+        """Checkpoints the WAL off the writer's path (a file database only)."""
+        if checkpoints is not None:
+            self.checkpointer = Checkpointer(checkpoints, name=f"{name} checkpoints")
+        self._writer = Worker(
+            writer,
+            name=name,
+            translate=translate,
+            closed_error=closed,
+            after_commit=None if self.checkpointer is None else self.checkpointer.committed,
+        )
         self._reader = self._writer
         if reader is not writer:
             self._reader = Worker(
                 reader, name=f"{name} reads", translate=translate, closed_error=closed
             )
         # Stores dropped without close() stop their threads and close their connections.
-        self._finalizer = weakref.finalize(self, _stop, self._writer, self._reader)
+        self._finalizer = weakref.finalize(
+            self, _stop, self._writer, self._reader, self.checkpointer
+        )
 
     @property
     def closed(self) -> bool:
@@ -152,9 +170,11 @@ def _store_error(exc: sqlite3.Error, path: str) -> StoreError:
     return error
 
 
-def _stop(*workers: Worker) -> None:
-    for worker in dict.fromkeys(workers):  # the private database's worker once
+def _stop(writer: Worker, reader: Worker, checkpointer: Checkpointer | None) -> None:
+    for worker in dict.fromkeys((writer, reader)):  # the private database's worker once
         worker.stop()
+    if checkpointer is not None:
+        checkpointer.stop()
 
 
 class _Translate:

@@ -108,11 +108,12 @@ class Worker:
         name: str,
         translate: Callable[[Exception], BaseException],
         closed_error: Callable[[], BaseException],
+        after_commit: Callable[[], None] | None = None,
     ) -> None:
         self._queue: queue.SimpleQueue[Job[Any] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(
             target=_serve,
-            args=(self._queue, conn, translate, closed_error),
+            args=(self._queue, conn, translate, closed_error, after_commit),
             name=name,
             daemon=True,
         )
@@ -135,10 +136,14 @@ def _serve(
     conn: sqlite3.Connection,
     translate: Callable[[Exception], BaseException],
     closed_error: Callable[[], BaseException],
+    after_commit: Callable[[], None] | None,
 ) -> None:
-    """The worker thread: run jobs until told to stop, then close ``conn``."""
+    """The worker thread: run jobs until told to stop, then close ``conn``.
+
+    ``after_commit`` is called after each transaction that committed.
+    """
     try:
-        while _serve_next(jobs, conn, translate):
+        while _serve_next(jobs, conn, translate, after_commit):
             pass  # each round's jobs are dropped here: they may hold the stores
     finally:
         _fail_queued(jobs, closed_error)
@@ -149,6 +154,7 @@ def _serve_next(
     jobs: queue.SimpleQueue[Job[Any] | None],
     conn: sqlite3.Connection,
     translate: Callable[[Exception], BaseException],
+    after_commit: Callable[[], None] | None = None,
 ) -> bool:
     """Run the next job, or the next group of writes; False once told to stop."""
     job = jobs.get()
@@ -164,16 +170,16 @@ def _serve_next(
         except queue.Empty:
             break
         if more is None:
-            _run_writes(group, conn, translate)
+            _run_writes(group, conn, translate, after_commit)
             return False
         if not more.write:  # reads keep their place: run the writes before first
-            _run_writes(group, conn, translate)
+            _run_writes(group, conn, translate, after_commit)
             group = []
             _run_read(more, conn, translate)
             continue
         group.append(more)
     if group:
-        _run_writes(group, conn, translate)
+        _run_writes(group, conn, translate, after_commit)
     return True
 
 
@@ -206,6 +212,7 @@ def _run_writes(
     group: list[Job[Any]],
     conn: sqlite3.Connection,
     translate: Callable[[Exception], BaseException],
+    after_commit: Callable[[], None] | None = None,
 ) -> None:
     """Run ``group`` in one transaction, each job in a savepoint when there are several."""
     try:
@@ -224,6 +231,8 @@ def _run_writes(
             conn.execute("ROLLBACK")
         else:
             conn.execute("COMMIT")
+            if after_commit is not None:
+                after_commit()
     except Exception as exc:  # the commit failed: nothing was written
         if conn.in_transaction:
             with suppress(sqlite3.Error):
