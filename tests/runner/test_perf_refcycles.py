@@ -6,6 +6,8 @@ import gc
 import weakref
 from collections.abc import Iterator
 
+import anyio
+import anyio.lowlevel
 import pytest
 
 from _support import generate, make_runner, op, use_profile
@@ -65,3 +67,33 @@ async def test_a_finished_run_is_freed_without_the_collector() -> None:
     assert run.status == "done"
     assert len(results) == 2
     assert all(ref() is None for ref in results)
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("no_collector")
+async def test_a_recorded_run_lets_go_of_its_working_state_before_its_task_ends() -> None:
+    """Between being recorded and returning, a run waits once for the event loop (its
+    task group closes); other runs go on meanwhile. By then it holds no operation
+    results and no history: with many runs at once, that is what the collector walks."""
+    stores = InMemoryStores()
+    catalog = OperationCatalog()
+    results: list[weakref.ref[OperationResult]] = []
+    seen: list[bool] = []
+
+    @catalog.function("a", name="A")
+    async def a(ctx: OperationContext) -> OperationResult:
+        result = OperationResult.done()
+        results.append(weakref.ref(result))
+        return result
+
+    await use_profile(stores, op("a"))
+    runner = make_runner(stores=stores, catalog=catalog)
+
+    async def look() -> None:
+        await anyio.lowlevel.checkpoint()  # the run goes first, to its last wait
+        seen.append(bool(results) and results[0]() is None)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(look)
+        tg.start_soon(runner.run, generate())
+    assert seen == [True]

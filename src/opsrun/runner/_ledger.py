@@ -140,6 +140,10 @@ class OperationLedger:
     def __iter__(self) -> Iterator[OpExec]:
         return iter(self._execs)
 
+    def release(self) -> None:
+        """Let go of every operation (the run is recorded: its records are built)."""
+        self._execs = []
+
     def add(self, e: OpExec) -> None:
         """Track ``e``; one that already ended (disabled, other trigger) is announced."""
         self._execs.append(e)

@@ -333,6 +333,13 @@ class RunDriver:
         )
         self.result = _RESULT(run=self.run, operation_runs=tuple(records))
         self._finished = True
+        # The run is recorded; what it worked with is not needed any more. Let go of it
+        # now rather than when the run's task ends: with many runs at once, a finished
+        # run waiting for its turn on the event loop would otherwise keep all of it alive
+        # for the garbage collector to walk.
+        self._ledger.release()
+        self._staging.release()
+        self._turn.release()
         if failed_type is None:
             _log.debug("run finished: %s", status)
         else:

@@ -51,6 +51,14 @@ class Staging:
         self._prompt: tuple[Sequence[ChatMessage], int, EffectivePrompt] | None = None
         """The last effective prompt, with the history and the change count it was built on."""
 
+    def release(self) -> None:
+        """Let go of everything staged (the run is recorded and needs none of it)."""
+        self.persisted = {}
+        self.run_only = {}
+        self.prompt_effects = []
+        self.applied = []
+        self._prompt = None
+
     async def load(self) -> tuple[ArtifactRef, ...]:
         """Read the session's persisted artifacts; return their refs (tag order)."""
         ctx = self._ctx

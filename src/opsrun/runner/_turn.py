@@ -40,6 +40,11 @@ class Turn:
         self._user_changed = False
         """A committed effect changed the user message since the history was read."""
 
+    def release(self) -> None:
+        """Let go of the history and the assistant message (the run is recorded)."""
+        self.history = []
+        self.assistant = None
+
     def visible_history(self, hook: Hook) -> tuple[ChatMessage, ...]:
         """The history operations of ``hook`` see (after the main LLM: with its reply)."""
         if hook == Hook.AFTER_MAIN_LLM and self.assistant is not None:
