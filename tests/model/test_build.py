@@ -93,8 +93,13 @@ def test_build_over_equals_build_of_the_merged_values() -> None:
     validated = RunPhaseChanged(seq=3, ts=T0, phase="planning", **base)
     trusted = {name: getattr(validated, name) for name in base}
     values = {"seq": 3, "ts": T0, "phase": validated.phase}
-    fast = Builder(RunPhaseChanged).build_over(trusted, values)
-    same(fast, validated)
+    builder = Builder(RunPhaseChanged)
+    fast = builder.build_over(trusted, values)
+    merged = builder.build({**trusted, **values})
+    assert fast == merged == validated
+    assert fast.model_fields_set == merged.model_fields_set == validated.model_fields_set
+    assert list(fast.__dict__) == list(validated.__dict__)  # field order, as validated
+    assert fast.model_dump_json() == validated.model_dump_json()
 
 
 def test_instances_of_a_frozen_model_share_fields_sets_that_never_leak() -> None:
