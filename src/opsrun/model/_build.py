@@ -90,13 +90,7 @@ class Builder(Generic[M]):
     def build_all(self, values: dict[str, Any]) -> M:
         """A new instance from a value for every field, in field order (``values`` becomes
         its dict: do not use it afterwards)."""
-        cls = self._cls
-        instance = cls.__new__(cls)
-        _set(instance, "__dict__", values)
-        _set(instance, "__pydantic_fields_set__", self._fields_set(tuple(values)))
-        _set(instance, "__pydantic_extra__", None)
-        _set(instance, "__pydantic_private__", None)
-        return instance
+        return self._new(values, tuple(values))
 
     def build(self, values: dict[str, Any]) -> M:
         """A new instance with ``values`` (trusted, by field name; not kept) and defaults."""
@@ -106,13 +100,7 @@ class Builder(Generic[M]):
             for name, factory in self._factories:
                 if name not in values:
                     data[name] = factory()
-        cls = self._cls
-        instance = cls.__new__(cls)
-        _set(instance, "__dict__", data)
-        _set(instance, "__pydantic_fields_set__", self._fields_set(tuple(values)))
-        _set(instance, "__pydantic_extra__", None)
-        _set(instance, "__pydantic_private__", None)
-        return instance
+        return self._new(data, tuple(values))
 
     def build_over(self, base: dict[str, Any], values: dict[str, Any]) -> M:
         """A new instance with ``base`` and then ``values`` (trusted, by field name; neither
@@ -125,29 +113,31 @@ class Builder(Generic[M]):
             for name, factory in self._factories:
                 if name not in values and name not in base:
                     data[name] = factory()
-        cls = self._cls
-        instance = cls.__new__(cls)
-        _set(instance, "__dict__", data)
-        _set(instance, "__pydantic_fields_set__", self._fields_set((*base, *values)))
-        _set(instance, "__pydantic_extra__", None)
-        _set(instance, "__pydantic_private__", None)
-        return instance
+        return self._new(data, (*base, *values))
 
-    def _fields_set(self, names: tuple[str, ...]) -> set[str]:
-        """The ``model_fields_set`` of an instance given ``names`` (and the bound fields).
+    def _new(self, data: dict[str, Any], names: tuple[str, ...]) -> M:
+        """An instance whose dict is ``data``, with ``names`` (and the bound fields) given.
 
-        Instances of a frozen model share one set per combination of names: pydantic
-        never changes the set of a frozen instance (``model_copy`` copies it first), and
-        a set less per instance is an object less for the garbage collector to visit
-        while runs are in flight.
+        Instances of a frozen model share one fields set per combination of names:
+        pydantic never changes the set of a frozen instance (``model_copy`` copies it
+        first), and a set less per instance is an object less for the garbage collector
+        to visit while runs are in flight.
         """
         sets = self._sets
         if sets is None:
-            return self._given.union(names)
-        shared = sets.get(names)
-        if shared is None:
-            shared = sets[names] = self._given.union(names)
-        return shared
+            fields_set = self._given.union(names)
+        else:
+            shared = sets.get(names)
+            if shared is None:
+                shared = sets[names] = self._given.union(names)
+            fields_set = shared
+        cls = self._cls
+        instance = cls.__new__(cls)
+        _set(instance, "__dict__", data)
+        _set(instance, "__pydantic_fields_set__", fields_set)
+        _set(instance, "__pydantic_extra__", None)
+        _set(instance, "__pydantic_private__", None)
+        return instance
 
 
 _set = object.__setattr__

@@ -154,7 +154,7 @@ def _serve_next(
     jobs: queue.SimpleQueue[Job[Any] | None],
     conn: sqlite3.Connection,
     translate: Callable[[Exception], BaseException],
-    after_commit: Callable[[], None] | None = None,
+    after_commit: Callable[[], None] | None,
 ) -> bool:
     """Run the next job, or the next group of writes; False once told to stop."""
     job = jobs.get()
@@ -212,7 +212,7 @@ def _run_writes(
     group: list[Job[Any]],
     conn: sqlite3.Connection,
     translate: Callable[[Exception], BaseException],
-    after_commit: Callable[[], None] | None = None,
+    after_commit: Callable[[], None] | None,
 ) -> None:
     """Run ``group`` in one transaction, each job in a savepoint when there are several."""
     try:
