@@ -59,6 +59,7 @@ def make_runner(
     snapshot: SnapshotPolicy | None = None,
     concurrent_turns: Literal["wait", "refuse"] = "wait",
     lease_seconds: float = 30.0,
+    event_batch_seconds: float = 0.02,
 ) -> Runner:
     """The Runner every test builds: each argument overrides one default.
 
@@ -85,6 +86,7 @@ def make_runner(
         snapshot=snapshot,
         concurrent_turns=concurrent_turns,
         lease_seconds=lease_seconds,
+        event_batch_seconds=event_batch_seconds,
     )
 
 
@@ -95,7 +97,7 @@ def op(op_id: str, *hooks: Hook, order: float = 1, **config: Any) -> ProfileOper
     )
 
 
-async def use_profile(stores: InMemoryStores, *ops: ProfileOperation, **kw: Any) -> None:
+async def use_profile(stores: Stores, *ops: ProfileOperation, **kw: Any) -> None:
     """Store profile ``p`` (session ``s1``) made of ``ops``."""
     await stores.profiles.save_profile(
         OperationProfile(

@@ -331,7 +331,11 @@ def test_every_run_is_finished_and_the_killed_one_taken_over(outcome: Outcome) -
 def test_every_run_has_a_gap_free_event_log(outcome: Outcome) -> None:
     for run_id, events in outcome.events.items():
         assert [e.seq for e in events] == list(range(1, len(events) + 1)), run_id
-        assert events[0].type == "run.started", run_id
+        # The killed run's log is what reached the store before the kill (events are
+        # stored in batches): a prefix, possibly empty.
+        if events:
+            assert events[0].type == "run.started", run_id
         if run_id != outcome.victim_run:
+            assert events, run_id
             assert [e.type for e in events].count("run.finished") == 1, run_id
             assert events[-1].type == "run.finished", run_id

@@ -78,11 +78,14 @@ class EventEmitter:
 
     ``emit`` never waits. With no sink and a store that appends at once
     (:class:`ImmediateEventLog`), each event is appended as it is emitted. Otherwise
-    events queue in memory and one task (the run's helper) hands them to the run store
-    and the sink in batches (:meth:`deliver`), so a slow sink cannot reorder events or
-    stall operations; :meth:`wait` waits for the next event or :meth:`close`, and
-    ``flush`` delivers what a cancelled delivery left and what was emitted after it
-    ended (the record of a run cancelled from outside).
+    events queue in memory and one task (the run's helper) hands them on: to the sink
+    as soon as it runs (:meth:`send`), to the run store in batches, each event within
+    about ``batch_seconds`` of its emission (:meth:`store`, due at :attr:`store_due`),
+    so a slow sink cannot reorder events or stall operations and a store that costs a
+    round trip per write is written a few times per run, not once per wait.
+    :meth:`wait` waits for news (an event to send, a new batch, :meth:`close`), and
+    :meth:`flush` delivers everything still queued (what a cancelled delivery left, and
+    what was emitted after the helper ended).
     """
 
     def __init__(
@@ -92,11 +95,13 @@ class EventEmitter:
         clock: Clock,
         sink: EventSink | None,
         store: RunStore,
+        batch_seconds: float = 0.0,
     ) -> None:
         self._base = base
         self._clock = clock
         self._sink = sink
         self._store = store
+        self._batch_seconds = batch_seconds
         self.seq = 0
         self._queue: list[RunEvent] = []
         self._wakeup: anyio.Event | None = None
@@ -105,19 +110,35 @@ class EventEmitter:
         """How many queued events the store already has."""
         self._sent = 0
         """How many queued events the sink was already handed."""
+        self.store_due: float | None = None
+        """When the events the store lacks are due (event loop time); None: none lacks."""
         self._now = cast(ImmediateEventLog, store) if sink is None and _immediate(store) else None
         """The store, when events are appended as they are emitted."""
         self._run_id: str = base["run_id"]
 
     @property
     def pending(self) -> bool:
-        """True while some queued event is not delivered yet."""
+        """True while some queued event is not delivered yet (to the store or the sink)."""
         return bool(self._queue)
 
+    @property
+    def unsent(self) -> bool:
+        """True while the sink lacks some queued event."""
+        return self._sink is not None and self._sent < len(self._queue)
+
+    @property
+    def unstored(self) -> bool:
+        """True while the store lacks some queued event."""
+        return self._stored < len(self._queue)
+
     def _queue_event(self, event: RunEvent) -> None:
+        news = self._sink is not None
+        if self.store_due is None:  # the first event of a new batch for the store
+            self.store_due = anyio.current_time() + self._batch_seconds
+            news = True
         self._queue.append(event)
         wakeup = self._wakeup
-        if wakeup is not None:
+        if news and wakeup is not None:
             self._wakeup = None
             wakeup.set()
 
@@ -183,36 +204,71 @@ class EventEmitter:
         return self._closed
 
     async def wait(self) -> None:
-        """Return once an event is queued or :meth:`close` was called."""
-        if self._queue or self._closed:
+        """Return once there is news: an event for the sink, the first event of a new
+        batch for the store, or :meth:`close`."""
+        if self._closed:
             return
         self._wakeup = wakeup = anyio.Event()
         await wakeup.wait()
 
     async def flush(self) -> None:
-        """Deliver what is still queued (after a delivery was cancelled, say)."""
+        """Deliver everything still queued, due or not."""
         while self._queue:
             await self.deliver()
 
     async def deliver(self) -> None:
-        """Deliver everything queued so far as one batch, in order.
+        """Deliver everything queued so far: to the sink, then to the store."""
+        if self.unsent:
+            await self.send()
+        if self.unstored:
+            await self.store()
 
-        Events leave the queue only once the store and the sink have them, so a
-        delivery cut short by cancellation resumes where it stopped.
+    async def send(self) -> None:
+        """Hand the sink every queued event it lacks, in order.
+
+        An event counts as sent once the sink returned, so a delivery cut short by
+        cancellation resumes where it stopped.
         """
-        batch = self._queue[:]
-        if self._stored < len(batch):
-            await self._store.append_events(batch[0].run_id, batch[self._stored :])
-            self._stored = len(batch)
-        while self._sink is not None and self._sent < len(batch):
-            item = batch[self._sent]
+        sink = self._sink
+        if sink is None:
+            return
+        queue = self._queue
+        while self._sent < len(queue):
+            item = queue[self._sent]
             self._sent += 1
             try:
-                await self._sink.emit(item)
+                await sink.emit(item)
             except Exception:  # a broken sink must not break the run
                 _log.exception("event sink failed on %s", item.type)
-        del self._queue[: len(batch)]
-        self._stored = self._sent = 0
+        self._drop_delivered()
+
+    async def store(self) -> None:
+        """Append every queued event the store lacks as one batch.
+
+        Events emitted while the batch is written start the next batch. Cancelled, the
+        batch stays queued (a retried batch adds nothing twice).
+        """
+        batch = self._queue[self._stored :]
+        if not batch:
+            return
+        due, self.store_due = self.store_due, None
+        try:
+            await self._store.append_events(self._run_id, batch)
+        except BaseException:
+            if due is not None:  # still due then (events emitted since are due later)
+                self.store_due = due
+            raise
+        self._stored += len(batch)
+        self._drop_delivered()
+
+    def _drop_delivered(self) -> None:
+        """Drop the events both the store and the sink have."""
+        done = self._stored if self._sink is None else min(self._stored, self._sent)
+        if done:
+            del self._queue[:done]
+            self._stored -= done
+            if self._sink is not None:
+                self._sent -= done
 
     def close(self) -> None:
         """No more events but the run's record: wake :meth:`wait` for good."""

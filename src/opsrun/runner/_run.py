@@ -150,22 +150,29 @@ class RunDriver:
             leave(log_scope)
 
     async def _helper(self) -> None:
-        """While the run goes on: deliver queued events, renew the lease every third of
-        its length, abort the run at its deadline."""
+        """While the run goes on: hand events to the sink at once and to the run store
+        in batches, renew the lease every third of its length, abort the run at its
+        deadline."""
         emitter = self._emitter
         period = self._lease_seconds / 3
         renew_at = anyio.current_time() + period
         deadline = self._ctx.deadline
         while True:
-            if emitter.pending:
-                await emitter.deliver()
+            if emitter.unsent:
+                await emitter.send()
+                continue
+            due = emitter.store_due
+            if emitter.unstored and (emitter.closed or anyio.current_time() >= (due or 0.0)):
+                await emitter.store()
                 continue
             if emitter.closed:
                 return
             wake_at = renew_at if deadline is None else min(renew_at, deadline)
+            if due is not None:
+                wake_at = min(wake_at, due)
             with anyio.CancelScope(deadline=wake_at) as timer:
                 await emitter.wait()
-            if not timer.cancelled_caught:  # woken by an event or by the end of the phases
+            if not timer.cancelled_caught:  # news: an event, or the end of the phases
                 continue
             now = anyio.current_time()
             if deadline is not None and now >= deadline:

@@ -106,6 +106,13 @@ class Runner:
         lease_seconds: How long a run's lease lasts; the runner renews it every third
             of that while the run goes on. A run whose process died stops renewing, and
             a retry of its turn after the lease expired takes the turn over.
+        event_batch_seconds: How long a run's events may wait before they reach the run
+            store (default 0.02 s): a store that costs a round trip per write (SQLite,
+            PostgreSQL) then takes a few batches per run instead of one per wait, and a
+            follower in another process sees each event about this much later. 0 stores
+            them whenever the run waits. The ``events`` sink and ``stream`` get each
+            event as soon as the run waits, whatever this is; every event is stored
+            before the run returns.
         main_llm_retry: How the main LLM call retries a rate limit or timeout that came
             before any streamed text (default ``MainLlmRetry()``: 3 calls, backoff from
             0.5 s up to 8 s with jitter; ``MainLlmRetry(max_attempts=1)`` turns it off).
@@ -116,8 +123,8 @@ class Runner:
     Raises:
         ConfigError: a store is missing (neither in ``stores`` nor given on its own), or
             ``concurrent_turns`` is neither ``"wait"`` nor ``"refuse"``, or
-            ``lease_seconds`` is not positive, or ``telemetry`` is given but
-            ``opentelemetry-api`` is not installed.
+            ``lease_seconds`` is not positive, or ``event_batch_seconds`` is negative, or
+            ``telemetry`` is given but ``opentelemetry-api`` is not installed.
     """
 
     def __init__(
@@ -141,6 +148,7 @@ class Runner:
         snapshot: SnapshotPolicy | None = None,
         concurrent_turns: Literal["wait", "refuse"] = "wait",
         lease_seconds: float = 30.0,
+        event_batch_seconds: float = 0.02,
         main_llm_retry: MainLlmRetry | None = None,
         telemetry: Telemetry | None = None,
     ) -> None:
@@ -164,6 +172,8 @@ class Runner:
         require(self, "concurrent_turns", known, '"wait" or "refuse"')
         self.lease_seconds = lease_seconds
         require_at_least(self, 0.001, "lease_seconds")
+        self.event_batch_seconds = event_batch_seconds
+        require_at_least(self, 0.0, "event_batch_seconds")
         self.main_llm_retry = main_llm_retry or MainLlmRetry()
         self.telemetry = telemetry
         self._tracing = Tracing(telemetry) if telemetry is not None else None
@@ -373,6 +383,7 @@ class Runner:
             clock=self.clock,
             sink=sink,
             store=self.runs,
+            batch_seconds=self.event_batch_seconds,
         )
         driver = RunDriver(
             ctx,
