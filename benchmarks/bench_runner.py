@@ -17,7 +17,8 @@
 5. A 200-long chain costs the same per operation as a 50-long one (CPU time).
 6. Throughput of 100 runs at once against the same 100 runs one after another, each
    run with 5 operations in its own chat (CPU time; a ratio below 1 means running
-   concurrently costs more, for example in garbage collection of the runs in flight).
+   concurrently costs more, for example in garbage collection of the runs in flight),
+   and the same with the garbage collector off, in the same rounds.
 """
 
 from __future__ import annotations
@@ -298,8 +299,9 @@ def early_start() -> None:
 
 async def concurrency_rounds(
     runner: Runner, stores: InMemoryStores, width: int, rounds: int
-) -> list[float]:
-    """Per round: CPU time of ``width`` runs in sequence over the same runs at once."""
+) -> dict[bool, list[tuple[float, float]]]:
+    """Per round, with the garbage collector on and then off: CPU time of ``width`` runs
+    in sequence and of the same runs at once."""
 
     async def one() -> None:
         result = await runner.run(request())
@@ -310,34 +312,52 @@ async def concurrency_rounds(
             for _ in range(width):
                 tg.start_soon(one)
 
-    ratios = []
+    times: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
     for _ in range(width):  # warm-up, not recorded
         await one()
-    for _ in range(rounds):
-        gc.collect()
-        t0 = CPU()
-        for _ in range(width):
-            await one()
-        sequential = CPU() - t0
-        gc.collect()
-        t0 = CPU()
-        await at_once()
-        concurrent = CPU() - t0
-        ratios.append(sequential / concurrent)
-    return ratios
+    try:
+        for _ in range(rounds):
+            for collector in (True, False):
+                gc.collect()
+                if not collector:
+                    gc.disable()
+                t0 = CPU()
+                for _ in range(width):
+                    await one()
+                sequential = CPU() - t0
+                gc.collect()
+                t0 = CPU()
+                await at_once()
+                concurrent = CPU() - t0
+                gc.enable()
+                times[collector].append((sequential, concurrent))
+    finally:
+        gc.enable()
+    return times
 
 
 def concurrency() -> None:
-    """100 runs at once (each in its own chat) cost no more CPU than the same in sequence."""
+    """100 runs at once (each in its own chat) cost no more CPU than the same in sequence.
+
+    Measured again with the garbage collector off, in the same rounds: what is left
+    then is the task each concurrent run gets and the memory of 100 runs in flight, so
+    the difference between the two ratios is what the collector costs.
+    """
     width = 100
     rounds = 5 if QUICK else 15
     runner, stores = build(5)
-    ratios = sorted(anyio.run(concurrency_rounds, runner, stores, width, rounds))
-    print(
-        f"{width} concurrent runs vs in sequence (throughput, CPU time): "
-        f"{statistics.median(ratios):4.2f}x [target >= 0.9x] "
-        f"(median of {rounds} rounds, range {ratios[0]:.2f}-{ratios[-1]:.2f}x)"
-    )
+    times = anyio.run(concurrency_rounds, runner, stores, width, rounds)
+    for collector, label in ((True, ""), (False, ", garbage collector off")):
+        ratios = sorted(seq / conc for seq, conc in times[collector])
+        extra = statistics.median((conc - seq) / width * 1e6 for seq, conc in times[collector])
+        sequential = statistics.median(seq / width * 1e6 for seq, _ in times[collector])
+        target = " [target >= 0.9x]" if collector else ""
+        print(
+            f"{width} concurrent runs vs in sequence (throughput, CPU time{label}): "
+            f"{statistics.median(ratios):4.2f}x{target} "
+            f"(median of {rounds} rounds, range {ratios[0]:.2f}-{ratios[-1]:.2f}x; "
+            f"{sequential:.0f} us per run in sequence, {extra:+.0f} us at once)"
+        )
 
 
 def memory_flat() -> None:
