@@ -68,7 +68,8 @@ What each side stores per turn (the header prints the counts measured on one tur
 - opsrun does work the peer does not: redaction, prompt assembly and its snapshot,
   events; LangGraph keeps state history that opsrun does not.
 
-``--profile`` prints instead where a sequential SQLite turn's time goes: the split of
+``--profile`` prints instead where a sequential SQLite turn's time goes: the cost of one
+empty job on the stores' threads (the hop every store call makes), the split of
 wall time into the event loop thread's CPU time, the worker threads' CPU time and
 waiting, the store calls per turn, and cProfile tables (top 20 by cumulative and by own
 time) for the event loop thread and, merged, for the worker threads that run the
@@ -775,11 +776,35 @@ def _store_calls(stats: pstats.Stats, turns: int) -> None:
         print(f"  {calls / turns:5.1f} calls {cum / turns * 1e6:7.1f} µs  {_where(key)}")
 
 
+async def _empty_hops(path: Path, count: int) -> dict[str, list[float]]:
+    """Wall seconds of one empty read job and one empty write job (a transaction that
+    changes nothing) on SQLite stores, in rounds of ``count``."""
+    per_job: dict[str, list[float]] = {"read": [], "write": []}
+    with SqliteStores(path) as stores:
+        db = stores._db  # the hop itself, without a store call's SQL
+        for _ in range(7):
+            for kind, hop in (("read", db.read), ("write", db.write)):
+                t0 = WALL()
+                for _ in range(count):
+                    await hop(_nothing)
+                per_job[kind].append((WALL() - t0) / count)
+    return per_job
+
+
+def _nothing(conn: object) -> None:
+    return None
+
+
 def profile_sqlite() -> None:
     """Where a sequential SQLite turn's time goes (see the module docstring)."""
     turns = 200 if QUICK else 1_000
     with tempfile.TemporaryDirectory() as tmp:
         _split(turns, Path(tmp))
+        hops = anyio.run(_empty_hops, Path(tmp) / "hops.db", 100 if QUICK else 500)
+        spread = ", ".join(
+            f"{kind} {_spread([t * 1e6 for t in times])} µs" for kind, times in hops.items()
+        )
+        print(f"one empty job on the SQLite stores' threads (wall, median of 7 rounds): {spread}")
         threads = ThreadProfiles(profile=True)
         main = cProfile.Profile()
 
