@@ -212,15 +212,9 @@ class EventEmitter:
         await wakeup.wait()
 
     async def flush(self) -> None:
-        """Deliver everything still queued, due or not."""
+        """Deliver everything still queued, due or not: to the sink, then to the store."""
         while self._queue:
-            await self.deliver()
-
-    async def deliver(self) -> None:
-        """Deliver everything queued so far: to the sink, then to the store."""
-        if self.unsent:
             await self.send()
-        if self.unstored:
             await self.store()
 
     async def send(self) -> None:
