@@ -324,7 +324,13 @@ async def test_more_calls_than_connections_wait_for_one(dsn: str) -> None:
             for _ in range(30):
                 tg.start_soon(read)
         assert found == [PROFILE] * 30
-        assert 1 <= _connections(dsn, name) <= 2
+        # The migration's own connection is closed, but its server process may still be
+        # listed for a moment while it exits; the pool's connections stay open until
+        # the stores close, so a third pooled one would still be counted after this.
+        with anyio.fail_after(10):
+            while _connections(dsn, name) > 2:
+                await anyio.sleep(0.01)
+        assert _connections(dsn, name) >= 1
 
 
 async def test_branch_holds_and_waiters_leave_the_store_calls_their_connections(
