@@ -1,4 +1,4 @@
-"""Cancellation (seed 003 §5): per-operation timeouts, run deadlines, user aborts."""
+"""Cancellation: per-operation timeouts, run deadlines, user aborts."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Run events (seed 003 §8.1): types, seq numbering, names, sinks and the client EventLog."""
+"""Run events: types, seq numbering, names, sinks and the client EventLog."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Statuses, skip reasons, failed types and policy guards of a run (seed 003 10/30)."""
+"""Statuses, skip reasons, failed types and policy guards of a run."""
 
 from __future__ import annotations
 
