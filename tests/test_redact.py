@@ -68,6 +68,10 @@ CONTEXTS = [
     "https://api.example.com/v1/x?key={}&page=2",
     "X-Custom: {}\r\n",
     "({})",
+    # An assignment whose value is a known key: the key's own mask, nothing left over.
+    "OPENAI_API_KEY={}",
+    "token: {}\n",
+    "api_key = {}, next",
 ]
 
 
@@ -78,6 +82,7 @@ def test_token_true_positive(secret: str, prefix: str, template: str) -> None:
     out = redact_text(text)
     assert secret not in out
     assert f"{prefix}…{MASK}" in out
+    assert "]]" not in out
     # Nothing of the secret beyond its family prefix leaks.
     body = secret[len(prefix) :]
     assert body[:6] not in out.replace(f"{prefix}…{MASK}", "")

@@ -112,9 +112,10 @@ def _long_random(text: str) -> bool:
 def mask_assignment(match: re.Match[str]) -> str:
     """Keep ``prefix`` (key, separator, quote) and ``close``; mask the value."""
     value = match.group("body")
-    # An already masked value stays as it is ("[REDACTED" stops short of its "]").
-    already = match.string.startswith(MASK, match.start("body"))
-    if already or MASK in value or not value.strip():
+    # A value a token rule already masked stays as it is. A bare value stops short of
+    # the mask's "]", so look one character past it.
+    already = MASK in match.string[match.start("body") : match.end("body") + 1]
+    if already or not value.strip():
         return match.group(0)
     return f"{match.group('prefix')}{MASK}{match.group('close') or ''}"
 
