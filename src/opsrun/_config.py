@@ -12,11 +12,17 @@ from .errors import ConfigError
 
 __all__ = ["require", "require_at_least"]
 
+_UNSET: object = object()
 
-def require(config: object, field: str, ok: bool, requirement: str) -> None:
+
+def require(
+    config: object, field: str, ok: bool, requirement: str, *, value: object = _UNSET
+) -> None:
     """Raise ``ConfigError`` naming ``type(config).field`` unless ``ok``.
 
-    ``requirement`` completes the sentence "<Class>.<field> must be …".
+    ``requirement`` completes the sentence "<Class>.<field> must be …". The message
+    shows ``value``, by default the field's value on ``config`` (pass it when the
+    field is not set yet).
 
     Raises:
         ConfigError: ``ok`` is false.
@@ -24,7 +30,8 @@ def require(config: object, field: str, ok: bool, requirement: str) -> None:
     if ok:
         return
     owner = type(config).__name__
-    value = getattr(config, field, None)
+    if value is _UNSET:
+        value = getattr(config, field, None)
     raise ConfigError(
         f"{owner}.{field} must be {requirement}, got {value!r}",
         details={"config": owner, "field": field},

@@ -104,19 +104,24 @@ async def test_thread_executor_timeout_waits_for_the_thread() -> None:
 
 
 @pytest.mark.parametrize(
-    ("build", "field"),
+    ("build", "field", "name", "given"),
     [
-        (lambda: InProcessExecutor(limit=0), "limit"),
-        (lambda: ThreadExecutor(max_threads=0), "max_threads"),
-        (lambda: ThreadExecutor(limit=0), "limit"),
+        (lambda: InProcessExecutor(limit=0), "limit", "InProcessExecutor.limit", "0"),
+        (lambda: InProcessExecutor(limit=True), "limit", "InProcessExecutor.limit", "True"),
+        (lambda: ThreadExecutor(max_threads=0), "max_threads", "ThreadExecutor.max_threads", "0"),
+        (lambda: ThreadExecutor(limit=0), "limit", "ThreadExecutor.limit", "0"),
     ],
-    ids=["in-process-limit", "max-threads", "thread-limit"],
+    ids=["in-process-limit", "in-process-bool", "max-threads", "thread-limit"],
 )
-def test_executor_limits_are_validated(build: Callable[[], object], field: str) -> None:
-    with pytest.raises(ConfigError, match=">= 1") as info:
+def test_executor_limits_are_validated(
+    build: Callable[[], object], field: str, name: str, given: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
         build()
     assert info.value.code == "config_error"
     assert info.value.details["field"] == field
+    # The message names the class the caller built and the value it gave.
+    assert str(info.value).endswith(f"{name} must be an integer >= 1, got {given}")
 
 
 def test_executor_options_are_keyword_only() -> None:

@@ -93,7 +93,7 @@ class InProcessExecutor:
     """Runs operations as tasks of the current event loop, at most ``limit`` at once."""
 
     def __init__(self, *, limit: int = DEFAULT_CONCURRENCY) -> None:
-        require(self, "limit", isinstance(limit, int) and limit >= 1, "an integer >= 1")
+        _require_count(self, "limit", limit)
         self._limit = _Limit(limit)
 
     @property
@@ -121,13 +121,9 @@ class ThreadExecutor:
     """
 
     def __init__(self, *, max_threads: int = 8, limit: int = DEFAULT_CONCURRENCY) -> None:
+        _require_count(self, "max_threads", max_threads)
+        _require_count(self, "limit", limit)
         self.max_threads = max_threads
-        require(
-            self,
-            "max_threads",
-            isinstance(max_threads, int) and max_threads >= 1,
-            "an integer >= 1",
-        )
         self._inline = InProcessExecutor(limit=limit)
         self._threads = _Limit(max_threads)
         self._limiter: anyio.CapacityLimiter | None = None
@@ -151,3 +147,8 @@ class ThreadExecutor:
             operation.run_sync, ctx, limiter=self._limiter
         )
         return result
+
+
+def _require_count(executor: object, field: str, value: object) -> None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    require(executor, field, ok, "an integer >= 1", value=value)
