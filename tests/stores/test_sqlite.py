@@ -7,7 +7,7 @@ import sqlite3
 import threading
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import pytest
@@ -20,6 +20,7 @@ from opsrun.model import (
     MessageVariant,
     OperationProfile,
     Run,
+    RunEventAdapter,
     RunRequest,
     RunStarted,
     RunStatus,
@@ -27,9 +28,11 @@ from opsrun.model import (
 )
 from opsrun.ports import ArtifactArchive, ChatStore, ProfileStore, RunStore, SessionStore, Stores
 from opsrun.runner import SystemClock, UuidIds
+from opsrun.stores._sqlite import _runs as sqlite_runs
 from opsrun.stores._sqlite._schema import MIGRATIONS, migrate
 from opsrun.stores.sqlite import SCHEMA_VERSION, SqliteStores
 from opsrun.testing import ScriptedMainLlm
+from opsrun.testing._contract._support import delta_events, make_run
 
 pytestmark = pytest.mark.anyio
 
@@ -259,6 +262,48 @@ async def test_events_delivered_twice_are_kept_once(tmp_path: Path) -> None:
         await stores.runs.append_events("r", [event(s) for s in (1, 2, 3)])
         await stores.runs.append_events("r", [event(s) for s in (2, 3, 4, 5)])
         assert [e.seq for e in await stores.runs.events("r")] == [1, 2, 3, 4, 5]
+
+
+async def test_a_follower_reads_a_final_batch_committed_while_it_polls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process commits a run's last events (run.finished among them) just after a
+    poll found nothing new: the follower still yields them before it ends."""
+    path = tmp_path / "chat.db"
+    run = make_run("r")
+    rows = [
+        (run.run_id, e.seq, RunEventAdapter.dump_json(e).decode())
+        for e in delta_events(run.run_id, 1, 3, finish=True)
+    ]
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    committed = False
+
+    class CommitAfterEventsRead:
+        def __init__(self, conn: sqlite3.Connection) -> None:
+            self._conn = conn
+
+        def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+            nonlocal committed
+            cursor = self._conn.execute(sql, *args)
+            if "FROM events" in sql and not committed:
+                committed = True  # the other process's final batch, after this read
+                other.executemany("INSERT INTO events (run_id, seq, data) VALUES (?, ?, ?)", rows)
+            return cursor
+
+    poll = sqlite_runs._poll
+    monkeypatch.setattr(
+        sqlite_runs,
+        "_poll",
+        lambda run_id, seen, conn: poll(run_id, seen, cast(Any, CommitAfterEventsRead(conn))),
+    )
+    try:
+        with SqliteStores(path) as stores:
+            await stores.runs.claim(run)
+            followed = [event.seq async for event in stores.runs.follow(run.run_id)]
+            assert committed
+            assert followed == [e.seq for e in await stores.runs.events(run.run_id)] == [1, 2, 3]
+    finally:
+        other.close()
 
 
 async def test_two_store_objects_on_one_file_share_records_and_branches(tmp_path: Path) -> None:

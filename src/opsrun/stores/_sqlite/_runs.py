@@ -130,12 +130,16 @@ def _poll(run_id: str, seen: int, conn: sqlite3.Connection) -> tuple[list[RunEve
     if events:
         return events, False
     # run.finished is a run's last event; a run whose turn was taken over never finishes.
+    # Each statement sees the database as it is then: a batch committed since the read
+    # above is not over yet, it is read on the next poll.
     last = conn.execute(
-        "SELECT json_extract(data, '$.type') FROM events WHERE run_id = ?"
+        "SELECT seq, json_extract(data, '$.type') FROM events WHERE run_id = ?"
         " ORDER BY seq DESC LIMIT 1",
         (run_id,),
     ).fetchone()
-    finished = last is not None and last[0] == "run.finished"
+    if last is not None and last[0] > seen:
+        return [], False
+    finished = last is not None and last[1] == "run.finished"
     taken_over = tuple(run) == (RunStatus.ABORTED.value, "lease_expired")
     return [], finished or taken_over
 
