@@ -576,6 +576,38 @@ async def test_a_follower_closes_its_connection(dsn: str) -> None:
                 await anyio.sleep(0.01)
 
 
+async def test_closing_the_stores_ends_their_followers(dsn: str) -> None:
+    """A follower waiting for a quiet run (its process busy or gone) ends with
+    store_closed when its stores close, and its listening connection with it."""
+    name = new_schema()
+    named = with_params(dsn, application_name=name)
+    async with open_stores(named, min_size=0) as stores:
+        await stores.runs.claim(_run("r"))
+        await stores.runs.append_events("r", [_event("r", 1)])
+        followed: list[int] = []
+        errors: list[StoreError] = []
+        stored_read = anyio.Event()
+
+        async def follow() -> None:
+            try:
+                async for event in stores.runs.follow("r"):
+                    followed.append(event.seq)
+                    stored_read.set()
+            except StoreError as exc:
+                errors.append(exc)
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(follow)
+                await stored_read.wait()  # the follower read what is stored, waits for more
+                await anyio.sleep(0.1)
+                await stores.close()
+            while _connections(dsn, name):  # the listening one too
+                await anyio.sleep(0.01)
+    assert followed == [1]
+    assert [e.code for e in errors] == ["store_closed"]
+
+
 # --- listings and prunes --------------------------------------------------------------
 
 

@@ -132,7 +132,8 @@ class PostgresStores:
     async def close(self) -> None:
         """Close the pools; every later call raises ``StoreError`` (``store_closed``).
 
-        Waits for the calls in progress. Closing twice is harmless.
+        Waits for the calls in progress. Followers of runs end with ``store_closed`` and
+        close their listening connections. Closing twice is harmless.
         """
         await self._db.close()
 

@@ -16,8 +16,8 @@ import math
 import os
 import select
 import socket
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -159,6 +159,7 @@ class Database:
         self._kwargs = _connect_kwargs(dsn, timeout)
         self._open_state: _Open | None = None
         self._state: Literal["new", "open", "closed"] = "new"
+        self._waits: set[anyio.CancelScope] = set()
 
     @property
     def state(self) -> Literal["new", "open", "closed"]:
@@ -249,12 +250,32 @@ class Database:
         return await anyio.to_thread.run_sync(run)
 
     async def close(self) -> None:
-        """Close the pools (waits for calls in progress); later calls raise ``store_closed``."""
+        """Close the pools (waits for calls in progress) and end the waits of
+        :meth:`until_closed`; later calls raise ``store_closed``."""
         opened, self._open_state, self._state = self._open_state, None, "closed"
+        for scope in self._waits:
+            scope.cancel()
         if opened is not None:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(opened.pool.close)
                 await anyio.to_thread.run_sync(opened.hold_pool.close)
+
+    @contextmanager
+    def until_closed(self) -> Iterator[None]:
+        """A block that :meth:`close` ends: it is cancelled, and the code after it runs.
+
+        For waits outside the pools (a follower's wait for notifications), which closing
+        the pools would not end.
+        """
+        scope = anyio.CancelScope()
+        if self._state == "closed":
+            scope.cancel()
+        self._waits.add(scope)
+        try:
+            with scope:
+                yield
+        finally:
+            self._waits.discard(scope)
 
     def _check_not_closed(self) -> None:
         if self._state == "closed":

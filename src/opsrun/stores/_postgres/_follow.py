@@ -97,6 +97,7 @@ async def follow(
                 continue  # more may have come meanwhile: read again before waiting
             if state.finished_seq is not None or state.taken_over:
                 return  # finished at or before after_seq, or taken over: nothing will come
-            await _notified(db, listener)
+            with db.until_closed():  # closed stores: the next read raises store_closed
+                await _notified(db, listener)
     finally:
         listener.close()
