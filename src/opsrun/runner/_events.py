@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any, Protocol, cast, runtime_checkable
 
 import anyio
+import anyio.lowlevel
 
 from ..model import (
     Hook,
@@ -212,16 +213,19 @@ class EventEmitter:
         await wakeup.wait()
 
     async def flush(self) -> None:
-        """Deliver everything still queued, due or not: to the sink, then to the store."""
+        """Deliver everything still queued, due or not: to the store, then to the sink
+        (a slow sink does not keep the record waiting)."""
         while self._queue:
-            await self.send()
             await self.store()
+            await self.send()
 
-    async def send(self) -> None:
-        """Hand the sink every queued event it lacks, in order.
+    async def send(self, *, one: bool = False) -> None:
+        """Hand the sink the queued events it lacks, in order (with ``one``, only the
+        next one).
 
         An event counts as sent once the sink returned, so a delivery cut short by
-        cancellation resumes where it stopped.
+        cancellation resumes where it stopped. A sink that raises (a stray cancellation
+        included) loses that event, not the run.
         """
         sink = self._sink
         if sink is None:
@@ -234,6 +238,11 @@ class EventEmitter:
                 await sink.emit(item)
             except Exception:  # a broken sink must not break the run
                 _log.exception("event sink failed on %s", item.type)
+            except anyio.get_cancelled_exc_class():
+                await anyio.lowlevel.checkpoint_if_cancelled()  # a real one goes on here
+                _log.error("event sink raised a cancellation of its own on %s", item.type)
+            if one:
+                break
         self._drop_delivered()
 
     async def store(self) -> None:

@@ -16,6 +16,7 @@ import anyio
 from pydantic import TypeAdapter
 
 from .._logs import enter_run, leave, run_logger
+from ..errors import OpsrunError, bound_text
 from ..model import (
     FailedDetails,
     FailedType,
@@ -48,7 +49,7 @@ from ._scheduler import HookView, Scheduler
 from ._staging import Staging
 from ._turn import Turn
 
-__all__ = ["FINISH_SECONDS", "RunDriver"]
+__all__ = ["FINISH_SECONDS", "RunDriver", "unwrap"]
 
 _INSTANT: TypeAdapter[datetime] = TypeAdapter(datetime)
 """Reads a host clock's value as a ``datetime`` (as the run's own fields do)."""
@@ -61,6 +62,25 @@ _log = run_logger("opsrun.runner")
 _CALL = Builder(MainLlmCall)
 _RESULT = Builder(RunResult)
 """Build records from validated models (no second validation)."""
+
+
+_FAILED_IN = {
+    RunPhase.PLANNING: FailedType.BEFORE_BARRIER,
+    RunPhase.BEFORE_MAIN_LLM: FailedType.BEFORE_BARRIER,
+    RunPhase.BARRIER: FailedType.BEFORE_BARRIER,
+    RunPhase.MAIN_LLM: FailedType.MAIN_LLM,
+    RunPhase.AFTER_MAIN_LLM: FailedType.AFTER_MAIN_LLM,
+    RunPhase.COMMIT: FailedType.AFTER_MAIN_LLM,
+    RunPhase.FINISHED: FailedType.AFTER_MAIN_LLM,
+}
+"""The failed type of a run that an error outside its operations ends in a phase."""
+
+
+def unwrap(exc: BaseException) -> BaseException:
+    """The one error inside (nested) exception groups of one, or ``exc`` itself."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
 
 
 class RunDriver:
@@ -96,6 +116,8 @@ class RunDriver:
         self.run = run
         self.result = _RESULT(run=run)
         self._finished = False
+        self._failed_type = FailedType.BEFORE_BARRIER
+        """What a failure outside the operations counts as, by the phase it happens in."""
         self._lease = timedelta(seconds=lease_seconds)
 
     async def drive(self) -> None:
@@ -135,6 +157,8 @@ class RunDriver:
                     self._emitter.close()
             if self._emitter.pending:
                 await self._emitter.flush()
+            if not self._finished:  # a stray cancellation ended the phases unseen
+                raise RuntimeError("the run's phases ended before the run was finished")
         except anyio.get_cancelled_exc_class():
             if not self._finished:
                 self._ctx.abort.abort("cancelled")
@@ -142,6 +166,18 @@ class RunDriver:
                     scope.deadline = anyio.current_time() + FINISH_SECONDS
                     await self._finish_aborted()
             raise
+        except BaseException as exc:
+            # Something outside the operations failed (a store, the executor, a sink's
+            # BaseException): the run is recorded failed if it can be, and the caller
+            # gets the error itself rather than the task group's wrapping of it.
+            error = unwrap(exc)
+            if not self._finished:
+                with anyio.CancelScope(shield=True) as scope:
+                    scope.deadline = anyio.current_time() + FINISH_SECONDS
+                    await self._finish_broken(error)
+            if error is exc:
+                raise
+            raise error from None
         finally:
             self._cancellation.close()
             if tracing is not None and span is not None and token is not None:
@@ -152,28 +188,16 @@ class RunDriver:
     async def _helper(self) -> None:
         """While the run goes on: hand events to the sink at once and to the run store
         in batches, renew the lease every third of its length, abort the run at its
-        deadline."""
+        deadline.
+
+        The deadline, the lease and a due batch come before each event for the sink: a
+        slow sink delays them by one delivery at most.
+        """
         emitter = self._emitter
         period = self._lease_seconds / 3
         renew_at = anyio.current_time() + period
         deadline = self._ctx.deadline
         while True:
-            if emitter.unsent:
-                await emitter.send()
-                continue
-            due = emitter.store_due
-            if emitter.unstored and (emitter.closed or anyio.current_time() >= (due or 0.0)):
-                await emitter.store()
-                continue
-            if emitter.closed:
-                return
-            wake_at = renew_at if deadline is None else min(renew_at, deadline)
-            if due is not None:
-                wake_at = min(wake_at, due)
-            with anyio.CancelScope(deadline=wake_at) as timer:
-                await emitter.wait()
-            if not timer.cancelled_caught:  # news: an event, or the end of the phases
-                continue
             now = anyio.current_time()
             if deadline is not None and now >= deadline:
                 deadline = None
@@ -182,6 +206,21 @@ class RunDriver:
                 renew_at = now + period
                 until = _INSTANT.validate_python(self._ctx.clock.now())
                 await self._runs.renew_lease(self.run.run_id, until + self._lease)
+                continue
+            due = emitter.store_due
+            if emitter.unstored and (emitter.closed or now >= (due or 0.0)):
+                await emitter.store()
+                continue
+            if emitter.unsent:
+                await emitter.send(one=True)
+                continue
+            if emitter.closed:
+                return
+            wake_at = renew_at if deadline is None else min(renew_at, deadline)
+            if due is not None:
+                wake_at = min(wake_at, due)
+            with anyio.CancelScope(deadline=wake_at):
+                await emitter.wait()
 
     async def _phases(self) -> None:
         self._phase(RunPhase.PLANNING)
@@ -210,6 +249,7 @@ class RunDriver:
     def _phase(self, phase: RunPhase) -> None:
         # The stored record keeps the phase it was saved in (planning, then finished).
         self._emitter.emit(RunPhaseChanged, phase=phase)
+        self._failed_type = _FAILED_IN[phase]
 
     async def _plan(self) -> None:
         """Create the turn's user message, load the session, plan every operation."""
@@ -308,6 +348,19 @@ class RunDriver:
     async def _finish_aborted(self) -> None:
         self._ledger.end_all(OperationStatus.ABORTED)
         await self._finish(RunStatus.ABORTED)
+
+    async def _finish_broken(self, error: BaseException) -> None:
+        """Record the run failed by ``error``, raised outside any operation, in the part
+        it was in; operations still running end ``aborted``. A store that fails again
+        here leaves the record to its lease (logged)."""
+        code = error.code if isinstance(error, OpsrunError) else "internal_error"
+        message = self._ctx.redactor.redact(f"{type(error).__name__}: {error}")
+        details = FailedDetails(error_code=code, error_message=bound_text(message))
+        self._ledger.end_all(OperationStatus.ABORTED)
+        try:
+            await self._finish(RunStatus.FAILED, self._failed_type, details)
+        except Exception:
+            _log.exception("run %s failed and could not be recorded", self.run.run_id)
 
     async def _finish(
         self,

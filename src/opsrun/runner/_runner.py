@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import re
 from collections import OrderedDict, defaultdict
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -51,7 +51,7 @@ from ..report import RunReport, build_report
 from ._context import MainLlmRetry, RunContext
 from ._events import EventEmitter
 from ._executor import Executor, InProcessExecutor
-from ._run import FINISH_SECONDS, RunDriver
+from ._run import FINISH_SECONDS, RunDriver, unwrap
 from ._stream import BUFFER, RunEvents
 from ._turn import Turn
 
@@ -286,15 +286,16 @@ class Runner:
         """
         send, receive = anyio.create_memory_object_stream[RunEvent](BUFFER)
         events = RunEvents(receive)
-        async with anyio.create_task_group() as tg:
-            run = partial(self._run, request, abort)
-            tg.start_soon(events.collect, send, run, self.events)
-            try:
-                async with receive:
-                    yield events
-            finally:
-                if not events.finished:
-                    tg.cancel_scope.cancel()
+        with _unwrapped():
+            async with anyio.create_task_group() as tg:
+                run = partial(self._run, request, abort)
+                tg.start_soon(events.collect, send, run, self.events)
+                try:
+                    async with receive:
+                        yield events
+                finally:
+                    if not events.finished:
+                        tg.cancel_scope.cancel()
 
     async def follow(self, run_id: str, *, after_seq: int = 0) -> AsyncGenerator[RunEvent, None]:
         """Yield a run's stored events after ``after_seq``, then each one its runner
@@ -329,8 +330,9 @@ class Runner:
     ) -> RunResult:
         profile = await self._load_profile(request)
         wait = self.concurrent_turns == "wait"
-        async with self.runs.hold_branch(request.chat_id, request.branch_id, wait=wait):
-            return await self._run_on_branch(request, profile, abort, sink)
+        with _unwrapped():  # a store's branch hold may wrap the run's errors in a group
+            async with self.runs.hold_branch(request.chat_id, request.branch_id, wait=wait):
+                return await self._run_on_branch(request, profile, abort, sink)
 
     async def _run_on_branch(
         self,
@@ -645,3 +647,15 @@ def _store(name: str, given: S | None, stores: Stores | None, pick: Callable[[St
             details={"field": name},
         )
     return pick(stores)
+
+
+@contextmanager
+def _unwrapped() -> Iterator[None]:
+    """Raise the one error of an exception group (of task groups inside) as itself."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        error = unwrap(group)
+        if error is group:
+            raise
+        raise error from None

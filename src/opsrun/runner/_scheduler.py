@@ -65,12 +65,15 @@ class HookView:
 class _Spawned:
     """The operations of a hook that run as tasks: how many are still running."""
 
-    __slots__ = ("ended", "left")
+    __slots__ = ("ended", "failure", "left")
 
     def __init__(self, count: int) -> None:
         self.left = count
         self.ended = anyio.Event()
         """Set once every one of them ended."""
+        self.failure: BaseException | None = None
+        """What one of them raised that no operation may (not an ``Exception``, not a
+        cancellation): the hook raises it once they ended."""
 
 
 class Scheduler:
@@ -151,6 +154,8 @@ class Scheduler:
                     await spawned.ended.wait()
         finally:
             self._cancellation.unwatch(scope)
+        if spawned is not None and spawned.failure is not None:
+            raise spawned.failure
 
     def _spawn(
         self,
@@ -180,6 +185,10 @@ class Scheduler:
         try:
             with scope:
                 await self._run_one(e, by_id, view, artifacts)
+        except anyio.get_cancelled_exc_class():
+            raise
+        except BaseException as exc:  # raised by the hook, which goes no further
+            spawned.failure = spawned.failure or exc
         finally:
             self._cancellation.unwatch(scope)
             spawned.left -= 1
@@ -239,10 +248,16 @@ class Scheduler:
         tracing = self._ctx.tracing
         span: Span | None = None
         try:
-            async with self._ctx.executor.slot(implementation):
-                if tracing is not None:
-                    span = tracing.start_operation(e.definition, e.hook, e.config.required)
-                result, failure = await self._run_in_slot(e, implementation, view, artifacts, span)
+            try:
+                async with self._ctx.executor.slot(implementation):
+                    if tracing is not None:
+                        span = tracing.start_operation(e.definition, e.hook, e.config.required)
+                    result, failure = await self._run_in_slot(
+                        e, implementation, view, artifacts, span
+                    )
+            except Exception as exc:  # the executor failed to admit or release it
+                message = f"the executor failed: {type(exc).__name__}: {exc}"
+                result, failure = None, error_of("executor_error", message)
             timeout_ms = e.config.timeout_ms
             if failure is not None:
                 e.end(OperationStatus.ERROR, error=failure)

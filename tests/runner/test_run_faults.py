@@ -1,0 +1,234 @@
+"""Faults outside the operations: failing stores and executors, BaseExceptions, slow or
+broken sinks and stream readers. Every run still ends recorded, and callers get the
+error itself."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+import anyio
+import pytest
+
+from _support import generate, make_runner, op, use_profile
+from opsrun.errors import RunError, StoreError
+from opsrun.model import (
+    ChatMessage,
+    ChatRole,
+    FailedType,
+    OperationResult,
+    OperationStatus,
+    Run,
+    RunEvent,
+    RunStatus,
+)
+from opsrun.operations import Operation, OperationCatalog, OperationContext
+from opsrun.ports import ChatStore, MainLlmDone, MainLlmRequest, ProviderCapabilities
+from opsrun.runner import InProcessExecutor, Runner
+from opsrun.stores import InMemoryStores
+
+pytestmark = pytest.mark.anyio
+
+
+def catalog_of(*op_ids: str) -> OperationCatalog:
+    catalog = OperationCatalog()
+    for op_id in op_ids:
+
+        @catalog.function(op_id, name=op_id.title())
+        async def _done(ctx: OperationContext) -> OperationResult:
+            await anyio.lowlevel.checkpoint()
+            return OperationResult.done()
+
+    return catalog
+
+
+async def recorded(stores: InMemoryStores, status: RunStatus) -> Run:
+    """The one stored run, checked: it ended ``status``, its operations are terminal and
+    its log is gap-free and ends in its one run.finished."""
+    (run_id,) = stores.runs.run_ids()
+    run, records = await stores.runs.get_run(run_id)
+    assert run.status == status
+    assert all(r.status.is_terminal for r in records)
+    events = await stores.runs.events(run_id)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert [e.type for e in events].count("run.finished") == 1
+    assert events[-1].type == "run.finished"
+    return run
+
+
+class RepliesFail:
+    """A chat store whose writes of assistant messages fail."""
+
+    def __init__(self, inner: ChatStore) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def save_message(self, message: ChatMessage) -> None:
+        if message.role == ChatRole.ASSISTANT:
+            raise StoreError("database is locked", code="store_busy")
+        await self._inner.save_message(message)
+
+
+async def test_a_store_failing_mid_run_fails_the_run_and_reaches_the_caller() -> None:
+    stores = InMemoryStores()
+    runner = make_runner(stores=stores, catalog=catalog_of("a"), chats=RepliesFail(stores.chats))
+    await use_profile(stores, op("a"))
+    with pytest.raises(StoreError) as info:  # the error itself, not an exception group
+        await runner.run(generate())
+    assert info.value.code == "store_busy"
+    run = await recorded(stores, RunStatus.FAILED)
+    assert run.failed_type == FailedType.MAIN_LLM
+    assert run.failed_details is not None
+    assert run.failed_details.error_code == "store_busy"
+
+
+class Stop(BaseException):
+    """Neither an Exception nor a cancellation."""
+
+
+async def test_an_operation_raising_a_base_exception_fails_the_run_and_reraises() -> None:
+    stores = InMemoryStores()
+    catalog = catalog_of("sibling")
+
+    @catalog.function("stop", name="Stop")
+    async def _stop(ctx: OperationContext) -> OperationResult:
+        await anyio.lowlevel.checkpoint()
+        raise Stop("shutting down")
+
+    runner = make_runner(stores=stores, catalog=catalog)
+    await use_profile(stores, op("stop"), op("sibling"))
+    with pytest.raises(Stop):
+        await runner.run(generate())
+    run = await recorded(stores, RunStatus.FAILED)
+    assert run.failed_type == FailedType.BEFORE_BARRIER
+    assert run.failed_details is not None
+    assert run.failed_details.error_code == "internal_error"
+    assert run.failed_details.error_message == "Stop: shutting down"
+
+
+class NoSlots(InProcessExecutor):
+    """An executor that cannot reach its workers for one operation."""
+
+    def slot(self, operation: Operation[Any]) -> AbstractAsyncContextManager[object]:
+        if operation.definition.operation_id == "remote":
+            raise ConnectionError("workers unreachable")
+        return super().slot(operation)
+
+
+async def test_an_executor_that_cannot_admit_an_operation_fails_only_that_one() -> None:
+    stores = InMemoryStores()
+    runner = make_runner(stores=stores, catalog=catalog_of("remote", "local"), executor=NoSlots())
+    await use_profile(stores, op("remote"), op("local"))
+    result = await runner.run(generate())
+    assert result.status == RunStatus.DONE
+    remote = result.operation("remote")
+    assert remote.status == OperationStatus.ERROR
+    assert remote.error is not None
+    assert remote.error.code == "executor_error"
+    assert "ConnectionError: workers unreachable" in remote.error.message
+    assert result.operation("local").status == OperationStatus.DONE
+
+
+class EndlessMainLlm:
+    """Streams a word every millisecond until it is cancelled; says when it ended."""
+
+    capabilities = ProviderCapabilities()
+
+    def __init__(self) -> None:
+        self.ended = False
+
+    async def _words(self) -> AsyncIterator[str | MainLlmDone]:
+        try:
+            while True:
+                yield "word "
+                await anyio.sleep(0.001)
+        finally:
+            self.ended = True
+
+    def stream(self, request: MainLlmRequest) -> AsyncIterator[str | MainLlmDone]:
+        return self._words()
+
+
+class SlowWhileStreaming:
+    """A sink that takes 20 ms per event while the main LLM streams."""
+
+    def __init__(self, llm: EndlessMainLlm) -> None:
+        self._llm = llm
+        self.events: list[RunEvent] = []
+
+    async def emit(self, event: RunEvent) -> None:
+        if not self._llm.ended:
+            await anyio.sleep(0.02)
+        self.events.append(event)
+
+
+async def test_a_slow_sink_does_not_hold_back_the_deadline() -> None:
+    """Events come faster than the sink takes them; the deadline still ends the run."""
+    llm = EndlessMainLlm()
+    sink = SlowWhileStreaming(llm)
+    stores = InMemoryStores()
+    runner = make_runner(stores=stores, main_llm=llm, events=sink)
+    await use_profile(stores)
+    with anyio.fail_after(30):
+        result = await runner.run(generate(deadline_ms=50))
+    assert result.status == RunStatus.ABORTED
+    assert result.run.abort_reason == "deadline"
+    await recorded(stores, RunStatus.ABORTED)
+    assert [e.seq for e in sink.events] == list(range(1, len(sink.events) + 1))
+    assert sink.events[-1].type == "run.finished"
+
+
+class Gone(Exception):
+    """The client went away."""
+
+
+async def test_a_stream_readers_own_error_leaves_the_block_as_itself() -> None:
+    stores = InMemoryStores()
+    runner = make_runner(stores=stores, main_llm=EndlessMainLlm())
+    await use_profile(stores)
+
+    async def read() -> None:
+        async with runner.stream(generate()) as events:
+            async for _ in events:
+                raise Gone
+
+    with pytest.raises(Gone):
+        await read()
+    run = await recorded(stores, RunStatus.ABORTED)  # the reader left: the run is aborted
+    assert run.abort_reason == "cancelled"
+
+
+async def test_a_runs_error_leaves_the_stream_block_as_itself() -> None:
+    runner = make_runner()
+
+    async def read() -> None:
+        async with runner.stream(generate()) as events:
+            async for _ in events:
+                pass
+
+    with pytest.raises(RunError) as info:
+        await read()
+    assert info.value.code == "profile_not_found"
+
+
+class StrayCancel:
+    """A sink whose own code raises a cancellation nobody asked for."""
+
+    async def emit(self, event: RunEvent) -> None:
+        if event.seq == 2:
+            raise asyncio.CancelledError
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # trio has no stray cancellations
+async def test_a_sink_raising_a_stray_cancellation_loses_an_event_not_the_run() -> None:
+    stores = InMemoryStores()
+    runner: Runner = make_runner(stores=stores, events=StrayCancel())
+    await use_profile(stores)
+    result = await runner.run(generate())
+    assert result.status == RunStatus.DONE
+    assert result.run.finished_at is not None
+    await recorded(stores, RunStatus.DONE)
