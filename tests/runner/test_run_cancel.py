@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import anyio
 import pytest
@@ -320,3 +320,54 @@ async def test_deadline_leaves_the_callers_signal_reusable() -> None:
         RunRequest(trigger="generate", chat_id="c", user_message="again"), abort=signal
     )
     assert second.status == RunStatus.DONE
+
+
+async def test_retrying_a_turn_aborted_after_its_answer_keeps_one_answer() -> None:
+    """The aborted run stored its answer before an after-hook operation was cut off; the
+    retry (same user message id) answers the same message again, as a new variant."""
+    stores = InMemoryStores()
+    catalog = OperationCatalog()
+    started = anyio.Event()
+
+    @catalog.function("post", name="Post")
+    async def _post(ctx: OperationContext) -> OperationResult:
+        if not started.is_set():
+            started.set()
+            await anyio.sleep_forever()
+        return OperationResult.done()
+
+    llm = ScriptedMainLlm(["first answer", "second answer", "next answer"])
+    runner = make_runner(stores=stores, catalog=catalog, main_llm=llm)
+    await use_profile(stores, op("post", A))
+    signal = AbortSignal()
+
+    async def first() -> RunResult:
+        return await runner.run(generate("q1", user_message_id="u1"), abort=signal)
+
+    results: list[RunResult] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: _collect(first, results))
+        await started.wait()
+        signal.abort()
+    assert results[0].status == RunStatus.ABORTED
+
+    retry = await runner.run(generate("q1", user_message_id="u1"))
+    assert retry.status == RunStatus.DONE
+    assert not retry.deduplicated
+    await runner.run(generate("q2", user_message_id="u2"))
+    history = await stores.chats.history("c", "main")
+    assert [(m.role, m.turn_id) for m in history] == [
+        ("user", None),
+        ("assistant", "u1"),
+        ("user", None),
+        ("assistant", "u2"),
+    ]
+    answer = history[1]
+    assert [v.content for v in answer.variants] == ["first answer", "second answer"]
+    assert answer.selected_variant_id == retry.run.main_llm.assistant_variant_id
+    roles = [m.role for m in llm.requests[-1].messages]
+    assert roles == ["user", "assistant", "user"]
+
+
+async def _collect(run: Callable[[], Awaitable[RunResult]], into: list[RunResult]) -> None:
+    into.append(await run())

@@ -117,7 +117,9 @@ class Turn:
             created_at=now,
         )
         existing = None
-        if meta.trigger != Trigger.GENERATE:
+        # A regenerate answers a turn again; so does a generate naming its user message,
+        # the retry of a turn whose aborted run may have stored an answer already.
+        if meta.trigger != Trigger.GENERATE or ctx.request.user_message_id is not None:
             for message in await ctx.chats.history(meta.chat_id, meta.branch_id):
                 if message.role == ChatRole.ASSISTANT and message.turn_id == meta.user_message_id:
                     existing = message
