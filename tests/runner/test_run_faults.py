@@ -5,6 +5,7 @@ error itself."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from typing import Any
@@ -18,6 +19,8 @@ from opsrun.model import (
     ChatMessage,
     ChatRole,
     FailedType,
+    FinishReason,
+    MainLlmStatus,
     OperationResult,
     OperationStatus,
     Run,
@@ -140,14 +143,19 @@ class EndlessMainLlm:
 
     def __init__(self) -> None:
         self.ended = False
+        self.streaming = anyio.Event()
+        """Set once three words were streamed."""
 
     async def _words(self) -> AsyncIterator[str | MainLlmDone]:
         try:
-            while True:
+            for count in itertools.count(1):
                 yield "word "
+                if count == 3:
+                    self.streaming.set()
                 await anyio.sleep(0.001)
         finally:
             self.ended = True
+        raise AssertionError("unreachable")
 
     def stream(self, request: MainLlmRequest) -> AsyncIterator[str | MainLlmDone]:
         return self._words()
@@ -232,3 +240,52 @@ async def test_a_sink_raising_a_stray_cancellation_loses_an_event_not_the_run() 
     assert result.status == RunStatus.DONE
     assert result.run.finished_at is not None
     await recorded(stores, RunStatus.DONE)
+
+
+async def test_a_run_cancelled_from_outside_while_the_main_llm_streams_records_the_call() -> None:
+    llm = EndlessMainLlm()
+    stores = InMemoryStores()
+    runner = make_runner(stores=stores, main_llm=llm)
+    await use_profile(stores)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(runner.run, generate())
+        await llm.streaming.wait()
+        tg.cancel_scope.cancel()
+    run = await recorded(stores, RunStatus.ABORTED)
+    assert run.abort_reason == "cancelled"
+    call = run.main_llm
+    assert call.started
+    assert call.status == MainLlmStatus.ABORTED
+    assert call.finish_reason == FinishReason.USER_ABORT
+    assert call.text is not None
+    assert call.text.startswith("word word word ")
+    assert call.prompt_hash is not None
+    assert call.finished_at is not None
+    types = [e.type for e in await stores.runs.events(run.run_id)]
+    assert types.count("main_llm.started") == types.count("main_llm.finished") == 1
+
+
+class StrayCancelMainLlm:
+    """A main LLM adapter whose own code raises a cancellation midway."""
+
+    capabilities = ProviderCapabilities()
+
+    async def _reply(self) -> AsyncIterator[str | MainLlmDone]:
+        yield "hello "
+        raise asyncio.CancelledError
+
+    def stream(self, request: MainLlmRequest) -> AsyncIterator[str | MainLlmDone]:
+        return self._reply()
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # trio has no stray cancellations
+async def test_a_stray_cancellation_from_the_main_llm_is_its_error() -> None:
+    stores = InMemoryStores()
+    runner = make_runner(stores=stores, main_llm=StrayCancelMainLlm())
+    await use_profile(stores)
+    result = await runner.run(generate())  # nobody cancelled the caller
+    assert result.status == RunStatus.FAILED
+    assert result.run.failed_type == FailedType.MAIN_LLM
+    assert result.run.main_llm.error is not None
+    assert result.run.main_llm.error.code == "main_llm_exception"
+    await recorded(stores, RunStatus.FAILED)

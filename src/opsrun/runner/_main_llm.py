@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.lowlevel
 
 from .._redact import StreamRedactor
 from .._retry import Sleep, call_with_retries, no_retry_message
@@ -87,18 +88,21 @@ async def call_main_llm(
     emitter: EventEmitter,
     cancellation: Cancellation,
     prompt: EffectivePrompt,
+    interrupted: Callable[[MainLlmCall], None],
 ) -> MainLlmReply:
     """Send ``prompt`` to the main LLM and return the recorded call.
 
     A transient failure before any text was streamed is retried as
     ``ctx.main_llm_retry`` says; one ``main_llm.started`` and one ``main_llm.finished``
     frame all the attempts. With telemetry, one span covers them all, as the current
-    span while the main LLM streams.
+    span while the main LLM streams. Cancelled from outside, the call ends ``aborted``
+    with the text streamed so far, handed to ``interrupted``, and the cancellation
+    goes on.
     """
     call, request = _prepare(ctx, prompt)
     tracing = ctx.tracing
     if tracing is None:
-        return await _generate(ctx, emitter, cancellation, call, request)
+        return await _generate(ctx, emitter, cancellation, call, request, interrupted)
     span = tracing.start_llm(
         "main",
         model=_text_param(request.params, "model"),
@@ -109,8 +113,14 @@ async def call_main_llm(
     )
     token = tracing.activate(span)
     ended = call
+
+    def ended_early(early: MainLlmCall) -> None:
+        nonlocal ended
+        ended = early
+        interrupted(early)
+
     try:
-        reply = await _generate(ctx, emitter, cancellation, call, request)
+        reply = await _generate(ctx, emitter, cancellation, call, request, ended_early)
         ended = reply.call
     finally:
         tracing.deactivate(token)
@@ -135,17 +145,68 @@ async def _generate(
     cancellation: Cancellation,
     call: MainLlmCall,
     request: MainLlmRequest,
+    interrupted: Callable[[MainLlmCall], None],
 ) -> MainLlmReply:
     """Stream the reply, with retries; return the call as recorded."""
     emitter.emit(MainLlmStarted)
     calls = 0
+    current = _Stream()
+    """The attempt in progress, as far as it streamed."""
 
     async def attempt() -> _Stream:
-        nonlocal calls
+        nonlocal calls, current
         if cancellation.aborted:  # aborted during the backoff: no further call
             return _Stream()
         calls += 1
-        return await _stream(ctx, emitter, cancellation, request)
+        current = _Stream()
+        return await _stream(ctx, emitter, cancellation, request, current)
+
+    try:
+        stream = await _attempts(ctx, cancellation, attempt)
+    except anyio.get_cancelled_exc_class():
+        # Cancelled from outside (the run is then aborted, reason "cancelled").
+        status, reason = MainLlmStatus.ABORTED, FinishReason.USER_ABORT
+        early = _ended(ctx, call, current, calls, status, reason, None)
+        emitter.emit(MainLlmFinished, status=status, finish_reason=reason, error=None)
+        interrupted(early)
+        raise
+    status, reason, error = _outcome(stream, cancellation)
+    if error is not None:
+        error = redact_error(ctx.redactor, error)
+    call = _ended(ctx, call, stream, calls, status, reason, error)
+    emitter.emit(MainLlmFinished, status=status, finish_reason=reason, error=error)
+    return MainLlmReply(call, stream.whole if call.text == "".join(stream.parts) else None)
+
+
+def _ended(
+    ctx: RunContext,
+    call: MainLlmCall,
+    stream: _Stream,
+    calls: int,
+    status: MainLlmStatus,
+    reason: FinishReason,
+    error: OperationError | None,
+) -> MainLlmCall:
+    """``call`` as it ended: ``stream``'s text and usage, after ``calls`` attempts."""
+    done = stream.done
+    return call.model_copy(
+        update={
+            "status": status,
+            "finish_reason": reason,
+            "provider_finish_reason": _provider_reason(done),
+            "error": error,
+            "text": done.text if done is not None else "".join(stream.parts),
+            "usage": done.usage if done else None,
+            "attempts": calls,
+            "finished_at": ctx.clock.now(),
+        }
+    )
+
+
+async def _attempts(
+    ctx: RunContext, cancellation: Cancellation, attempt: Callable[[], Awaitable[_Stream]]
+) -> _Stream:
+    """The first attempt, and retries of it as ``ctx.main_llm_retry`` says."""
 
     def should_retry(s: _Stream) -> bool:
         return s.transient and not s.streamed and not cancellation.aborted
@@ -171,26 +232,7 @@ async def _generate(
         if stream.error is not None and retried.refused_wait is not None:
             message = no_retry_message(stream.error.message, retried.refused_wait)
             stream.error = error_of(stream.error.code, message, stream.error.details)
-    status, reason, error = _outcome(stream, cancellation)
-    done = stream.done
-    if error is not None:
-        error = redact_error(ctx.redactor, error)
-    streamed = "".join(stream.parts)
-    text = done.text if done is not None else streamed
-    call = call.model_copy(
-        update={
-            "status": status,
-            "finish_reason": reason,
-            "provider_finish_reason": _provider_reason(done),
-            "error": error,
-            "text": text,
-            "usage": done.usage if done else None,
-            "attempts": calls,
-            "finished_at": ctx.clock.now(),
-        }
-    )
-    emitter.emit(MainLlmFinished, status=status, finish_reason=reason, error=error)
-    return MainLlmReply(call, stream.whole if text == streamed else None)
+    return stream
 
 
 _REQUEST_NUMBERS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -284,9 +326,10 @@ async def _stream(
     emitter: EventEmitter,
     cancellation: Cancellation,
     request: MainLlmRequest,
+    result: _Stream,
 ) -> _Stream:
-    """Stream the reply, emitting redacted deltas; provider errors end up in the result."""
-    result = _Stream()
+    """Stream the reply into ``result``, emitting redacted deltas; provider errors end
+    up in the result."""
     deltas = StreamRedactor(ctx.redactor)  # a key split across deltas is masked whole
     scope = anyio.CancelScope()
     cancellation.watch(scope)
@@ -315,6 +358,12 @@ async def _stream(
         result.retry_after = exc.retry_after if isinstance(exc, RateLimited) else None
     except Exception as exc:  # a broken adapter must not crash the run
         result.error = error_of("main_llm_exception", f"{type(exc).__name__}: {exc}")
+        result.reason = FinishReason.PROVIDER_ERROR
+    except anyio.get_cancelled_exc_class():
+        # Only a cancel scope around the call may cancel it (then this raises again);
+        # a cancellation the adapter's own code raised is its error.
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        result.error = error_of("main_llm_exception", "the main LLM raised a cancellation")
         result.reason = FinishReason.PROVIDER_ERROR
     finally:
         cancellation.unwatch(scope)

@@ -328,7 +328,9 @@ class RunDriver:
         self._phase(RunPhase.MAIN_LLM)
         await self._turn.refresh()
         prompt = self._staging.effective_prompt(self._turn.history)
-        reply = await call_main_llm(self._ctx, self._emitter, self._cancellation, prompt)
+        reply = await call_main_llm(
+            self._ctx, self._emitter, self._cancellation, prompt, self._interrupted
+        )
         self._main_llm, self._redacted_text = reply.call, reply.redacted_text
         if self._cancellation.aborted:
             await self._finish_aborted()
@@ -344,6 +346,10 @@ class RunDriver:
             return False
         self._main_llm = await self._turn.store_reply(self._main_llm)
         return True
+
+    def _interrupted(self, call: MainLlmCall) -> None:
+        """Keep the main LLM call that a cancellation from outside ended."""
+        self._main_llm = call
 
     async def _finish_aborted(self) -> None:
         self._ledger.end_all(OperationStatus.ABORTED)
