@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .errors import ConfigError
 
-__all__ = ["require", "require_at_least"]
+__all__ = ["require", "require_at_least", "require_whole"]
 
 _UNSET: object = object()
 
@@ -52,3 +52,13 @@ def require_at_least(config: object, minimum: float, *fields: str, optional: boo
             continue
         number = isinstance(value, int | float) and not isinstance(value, bool)
         require(config, field, number and value >= minimum, f"a number >= {minimum}")
+
+
+def require_whole(config: object, field: str, value: object, minimum: int) -> None:
+    """Check that ``value``, given for ``field``, is an ``int`` (not a bool) ``>= minimum``.
+
+    Raises:
+        ConfigError: it is not.
+    """
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+    require(config, field, ok, f"an integer >= {minimum}", value=value)

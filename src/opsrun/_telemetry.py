@@ -31,7 +31,7 @@ from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
-from ._config import require
+from ._config import require_whole
 from ._redact import Redactor
 from .errors import ConfigError
 from .model import (
@@ -145,9 +145,7 @@ class Telemetry:
     max_content_chars: int = 4096
 
     def __post_init__(self) -> None:
-        chars = self.max_content_chars
-        whole = isinstance(chars, int) and not isinstance(chars, bool)
-        require(self, "max_content_chars", whole and chars >= 64, "an integer >= 64")
+        require_whole(self, "max_content_chars", self.max_content_chars, 64)
 
 
 # -- spans --------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from typing import Any
 
 import anyio
 
-from .._config import require, require_at_least
+from .._config import require, require_at_least, require_whole
 from .._redact import Redactor
 from .._retry import Backoff, Sleep
 from .._telemetry import Tracing
@@ -57,9 +57,7 @@ class MainLlmRetry:
     sleep: Sleep = anyio.sleep
 
     def __post_init__(self) -> None:
-        count = self.max_attempts
-        whole = isinstance(count, int) and not isinstance(count, bool)
-        require(self, "max_attempts", whole and count >= 1, "an integer >= 1")
+        require_whole(self, "max_attempts", self.max_attempts, 1)
         require_at_least(self, 0, "initial_backoff", "max_backoff")
         enough = self.max_backoff >= self.initial_backoff
         require(self, "max_backoff", enough, "at least initial_backoff")

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import anyio
 import anyio.to_thread
 
-from .._config import require
+from .._config import require_whole
 from ..model import OperationResult
 from ..operations import Operation, OperationContext, SyncOperation
 
@@ -93,7 +93,7 @@ class InProcessExecutor:
     """Runs operations as tasks of the current event loop, at most ``limit`` at once."""
 
     def __init__(self, *, limit: int = DEFAULT_CONCURRENCY) -> None:
-        _require_count(self, "limit", limit)
+        require_whole(self, "limit", limit, 1)
         self._limit = _Limit(limit)
 
     @property
@@ -121,8 +121,8 @@ class ThreadExecutor:
     """
 
     def __init__(self, *, max_threads: int = 8, limit: int = DEFAULT_CONCURRENCY) -> None:
-        _require_count(self, "max_threads", max_threads)
-        _require_count(self, "limit", limit)
+        require_whole(self, "max_threads", max_threads, 1)
+        require_whole(self, "limit", limit, 1)
         self.max_threads = max_threads
         self._inline = InProcessExecutor(limit=limit)
         self._threads = _Limit(max_threads)
@@ -147,8 +147,3 @@ class ThreadExecutor:
             operation.run_sync, ctx, limiter=self._limiter
         )
         return result
-
-
-def _require_count(executor: object, field: str, value: object) -> None:
-    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
-    require(executor, field, ok, "an integer >= 1", value=value)

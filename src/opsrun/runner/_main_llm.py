@@ -150,8 +150,7 @@ async def _generate(
     """Stream the reply, with retries; return the call as recorded."""
     emitter.emit(MainLlmStarted)
     calls = 0
-    current = _Stream()
-    """The attempt in progress, as far as it streamed."""
+    current = _Stream()  # the attempt in progress, as far as it streamed
 
     async def attempt() -> _Stream:
         nonlocal calls, current

@@ -8,6 +8,8 @@ chat messages). The :class:`Scheduler` executes hooks; the main LLM call is one 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
 from types import MappingProxyType
@@ -49,7 +51,7 @@ from ._scheduler import HookView, Scheduler
 from ._staging import Staging
 from ._turn import Turn
 
-__all__ = ["FINISH_SECONDS", "RunDriver", "unwrap"]
+__all__ = ["FINISH_SECONDS", "RunDriver", "unwrapped"]
 
 _INSTANT: TypeAdapter[datetime] = TypeAdapter(datetime)
 """Reads a host clock's value as a ``datetime`` (as the run's own fields do)."""
@@ -81,6 +83,19 @@ def unwrap(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     return exc
+
+
+@contextmanager
+def unwrapped() -> Iterator[None]:
+    """Raise the one error of an exception group (of task groups inside) as itself, so
+    callers of the runner get the error, not its wrapping."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        error = unwrap(group)
+        if error is group:
+            raise
+        raise error from None
 
 
 class RunDriver:
@@ -116,8 +131,8 @@ class RunDriver:
         self.run = run
         self.result = _RESULT(run=run)
         self._finished = False
-        self._failed_type = FailedType.BEFORE_BARRIER
-        """What a failure outside the operations counts as, by the phase it happens in."""
+        self._at = RunPhase.PLANNING
+        """The phase the run is in."""
         self._lease = timedelta(seconds=lease_seconds)
 
     async def drive(self) -> None:
@@ -167,17 +182,13 @@ class RunDriver:
                     await self._finish_aborted()
             raise
         except BaseException as exc:
-            # Something outside the operations failed (a store, the executor, a sink's
-            # BaseException): the run is recorded failed if it can be, and the caller
-            # gets the error itself rather than the task group's wrapping of it.
-            error = unwrap(exc)
+            # Something outside the operations failed (a store, an operation's
+            # BaseException): the run is recorded failed if it can be.
             if not self._finished:
                 with anyio.CancelScope(shield=True) as scope:
                     scope.deadline = anyio.current_time() + FINISH_SECONDS
-                    await self._finish_broken(error)
-            if error is exc:
-                raise
-            raise error from None
+                    await self._finish_broken(unwrap(exc))
+            raise
         finally:
             self._cancellation.close()
             if tracing is not None and span is not None and token is not None:
@@ -249,7 +260,7 @@ class RunDriver:
     def _phase(self, phase: RunPhase) -> None:
         # The stored record keeps the phase it was saved in (planning, then finished).
         self._emitter.emit(RunPhaseChanged, phase=phase)
-        self._failed_type = _FAILED_IN[phase]
+        self._at = phase
 
     async def _plan(self) -> None:
         """Create the turn's user message, load the session, plan every operation."""
@@ -364,7 +375,7 @@ class RunDriver:
         details = FailedDetails(error_code=code, error_message=bound_text(message))
         self._ledger.end_all(OperationStatus.ABORTED)
         try:
-            await self._finish(RunStatus.FAILED, self._failed_type, details)
+            await self._finish(RunStatus.FAILED, _FAILED_IN[self._at], details)
         except Exception:
             _log.exception("run %s failed and could not be recorded", self.run.run_id)
 

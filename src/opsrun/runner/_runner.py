@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import re
 from collections import OrderedDict, defaultdict
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -51,7 +51,7 @@ from ..report import RunReport, build_report
 from ._context import MainLlmRetry, RunContext
 from ._events import EventEmitter
 from ._executor import Executor, InProcessExecutor
-from ._run import FINISH_SECONDS, RunDriver, unwrap
+from ._run import FINISH_SECONDS, RunDriver, unwrapped
 from ._stream import BUFFER, RunEvents
 from ._turn import Turn
 
@@ -286,7 +286,7 @@ class Runner:
         """
         send, receive = anyio.create_memory_object_stream[RunEvent](BUFFER)
         events = RunEvents(receive)
-        with _unwrapped():
+        with unwrapped():
             async with anyio.create_task_group() as tg:
                 run = partial(self._run, request, abort)
                 tg.start_soon(events.collect, send, run, self.events)
@@ -330,7 +330,7 @@ class Runner:
     ) -> RunResult:
         profile = await self._load_profile(request)
         wait = self.concurrent_turns == "wait"
-        with _unwrapped():  # a store's branch hold may wrap the run's errors in a group
+        with unwrapped():  # the run's task groups, and a store's branch hold, wrap errors
             async with self.runs.hold_branch(request.chat_id, request.branch_id, wait=wait):
                 return await self._run_on_branch(request, profile, abort, sink)
 
@@ -647,15 +647,3 @@ def _store(name: str, given: S | None, stores: Stores | None, pick: Callable[[St
             details={"field": name},
         )
     return pick(stores)
-
-
-@contextmanager
-def _unwrapped() -> Iterator[None]:
-    """Raise the one error of an exception group (of task groups inside) as itself."""
-    try:
-        yield
-    except BaseExceptionGroup as group:
-        error = unwrap(group)
-        if error is group:
-            raise
-        raise error from None
