@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -16,16 +16,19 @@ import pytest
 from _support import generate, make_runner, op, use_profile
 from opsrun.errors import RunError, StoreError
 from opsrun.model import (
+    ArtifactWrite,
     ChatMessage,
     ChatRole,
     FailedType,
     FinishReason,
     MainLlmStatus,
+    OperationProfileSessionKey,
     OperationResult,
     OperationStatus,
     Run,
     RunEvent,
     RunStatus,
+    UserVariant,
 )
 from opsrun.operations import Operation, OperationCatalog, OperationContext
 from opsrun.ports import ChatStore, MainLlmDone, MainLlmRequest, ProviderCapabilities
@@ -33,6 +36,10 @@ from opsrun.runner import InProcessExecutor, Runner
 from opsrun.stores import InMemoryStores
 
 pytestmark = pytest.mark.anyio
+
+KEY = OperationProfileSessionKey(
+    chat_id="c", branch_id="main", profile_ref="p", operation_profile_session_id="s1"
+)
 
 
 def catalog_of(*op_ids: str) -> OperationCatalog:
@@ -289,3 +296,83 @@ async def test_a_stray_cancellation_from_the_main_llm_is_its_error() -> None:
     assert result.run.main_llm.error is not None
     assert result.run.main_llm.error.code == "main_llm_exception"
     await recorded(stores, RunStatus.FAILED)
+
+
+class Stalls:
+    """A chat store whose first save of a message ``when`` accepts waits for ``release``;
+    ``stalled`` is set once it waits."""
+
+    def __init__(self, inner: ChatStore, when: Callable[[ChatMessage], bool]) -> None:
+        self._inner = inner
+        self._when = when
+        self.stalled = anyio.Event()
+        self.release = anyio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def save_message(self, message: ChatMessage) -> None:
+        if not self.stalled.is_set() and self._when(message):
+            self.stalled.set()
+            await self.release.wait()
+        await self._inner.save_message(message)
+
+
+async def cancel_when_stalled(runner: Runner, chats: Stalls) -> None:
+    """Run a turn and cancel it from outside once ``chats`` stalls, then let it go on."""
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            outer = anyio.CancelScope()
+
+            async def turn() -> None:
+                with outer:
+                    await runner.run(generate())
+
+            tg.start_soon(turn)
+            await chats.stalled.wait()
+            outer.cancel()
+            chats.release.set()
+
+
+async def test_an_outside_cancel_mid_commit_applies_the_operations_effects_whole() -> None:
+    stores = InMemoryStores()
+    catalog = OperationCatalog()
+
+    @catalog.function("rewrite", name="Rewrite", write_tag="seen")
+    async def _rewrite(ctx: OperationContext) -> OperationResult:
+        await anyio.lowlevel.checkpoint()
+        return OperationResult.done(
+            artifact=ArtifactWrite(tag="seen", value="hi"), turn=[UserVariant(content="hello")]
+        )
+
+    # The user message's second save is the variant, after the artifact is written.
+    chats = Stalls(stores.chats, lambda m: m.role == ChatRole.USER and len(m.variants) == 2)
+    runner = make_runner(stores=stores, catalog=catalog, chats=chats)
+    await use_profile(stores, op("rewrite"))
+    await cancel_when_stalled(runner, chats)
+
+    run = await recorded(stores, RunStatus.ABORTED)
+    assert run.abort_reason == "cancelled"
+    assert (await stores.sessions.get_artifacts(KEY))["seen"].value == "hi"
+    (user,) = await stores.chats.history("c", "main")
+    assert user.selected.content == "hello"
+    _, records = await stores.runs.get_run(run.run_id)
+    assert [(r.status, r.committed) for r in records] == [(OperationStatus.DONE, True)]
+
+
+async def test_an_outside_cancel_while_planning_records_every_operation() -> None:
+    stores = InMemoryStores()
+    chats = Stalls(stores.chats, lambda m: m.role == ChatRole.USER)
+    runner = make_runner(stores=stores, catalog=catalog_of("a", "b"), chats=chats)
+    await use_profile(stores, op("a"), op("b", enabled=False))
+    await cancel_when_stalled(runner, chats)
+
+    run = await recorded(stores, RunStatus.ABORTED)
+    _, records = await stores.runs.get_run(run.run_id)
+    assert [(r.operation_id, r.status) for r in records] == [
+        ("a", OperationStatus.ABORTED),
+        ("b", OperationStatus.SKIPPED),
+    ]
+    events = await stores.runs.events(run.run_id)
+    finished = [e.operation_id for e in events if e.type == "operation.finished"]
+    assert sorted(finished) == ["a", "b"]

@@ -263,10 +263,11 @@ class RunDriver:
         self._at = phase
 
     async def _plan(self) -> None:
-        """Create the turn's user message, load the session, plan every operation."""
-        if self._ctx.request.trigger == Trigger.GENERATE:
-            await self._turn.ensure_user_message()
-        at_start = await self._staging.load()
+        """Plan every operation, create the turn's user message, load the session.
+
+        The operations are planned first: a run that ends while the stores are awaited
+        still records every one of them.
+        """
         profile = self._profile
         if profile is not None and profile.enabled:
             for entry in profile.operations:
@@ -275,6 +276,9 @@ class RunDriver:
         for e in self._ledger:
             if e.terminal:
                 self._ledger.announce(e)
+        if self._ctx.request.trigger == Trigger.GENERATE:
+            await self._turn.ensure_user_message()
+        at_start = await self._staging.load()
         # Operation records are stored when the run finishes; events carry the progress.
         # The claim stored the run's record: it changes here only with artifacts.
         if at_start:

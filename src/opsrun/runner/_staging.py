@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import anyio
+
 from ..errors import ArtifactConflict, StoreError
 from ..model import (
     AppliedEffect,
@@ -116,22 +118,36 @@ class Staging:
         for e in ordered:
             assert e.result is not None
             effects = e.result.effects
-            applied: list[AppliedEffect] = []
-            if effects.artifact is not None:
-                record = await self._write(e, effects.artifact, ledger)
-                if record is None:
-                    continue
-                applied.append(record)
-            for turn_effect in effects.turn:
-                await turn.apply(e.operation_id, turn_effect)
-                applied.append(self._applied(e, turn_effect.type, len(applied)))
-            for prompt_effect in effects.prompt:
-                self.prompt_effects.append((e.operation_id, prompt_effect))
-                applied.append(self._applied(e, prompt_effect.type, len(applied)))
-            e.committed = True
-            e.commit_index = self._commits
-            self._commits += 1
-            self.applied.extend(applied)
+            if effects.artifact is None and not effects.turn:
+                await self._commit_one(e, ledger, turn)  # prompt effects only: no store
+                continue
+            # One operation's effects apply whole: a cancellation from outside waits
+            # for the operation being committed (the stores bound their own calls), so
+            # a persisted artifact never goes without the same operation's turn effects.
+            with anyio.CancelScope(shield=True):
+                await self._commit_one(e, ledger, turn)
+            await anyio.lowlevel.checkpoint_if_cancelled()  # one that waited lands here
+
+    async def _commit_one(self, e: OpExec, ledger: OperationLedger, turn: Turn) -> None:
+        """Apply ``e``'s staged effects; none when the store refuses its artifact write."""
+        assert e.result is not None
+        effects = e.result.effects
+        applied: list[AppliedEffect] = []
+        if effects.artifact is not None:
+            record = await self._write(e, effects.artifact, ledger)
+            if record is None:
+                return
+            applied.append(record)
+        for turn_effect in effects.turn:
+            await turn.apply(e.operation_id, turn_effect)
+            applied.append(self._applied(e, turn_effect.type, len(applied)))
+        for prompt_effect in effects.prompt:
+            self.prompt_effects.append((e.operation_id, prompt_effect))
+            applied.append(self._applied(e, prompt_effect.type, len(applied)))
+        e.committed = True
+        e.commit_index = self._commits
+        self._commits += 1
+        self.applied.extend(applied)
 
     def _applied(self, e: OpExec, kind: str, offset: int, **extra: object) -> AppliedEffect:
         return AppliedEffect.model_validate(
