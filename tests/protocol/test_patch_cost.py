@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from opsrun.errors import PatchError
 from opsrun.protocol import PatchTolerance, _patch, apply_patch
-from opsrun.protocol._patch_place import _RUNGS, Hunk, Placer
+from opsrun.protocol._patch_place import Hunk, Placer
+from opsrun.protocol._patch_rules import RUNGS
 
 LEVELS: tuple[PatchTolerance, ...] = ("exact", "whitespace", "loose")
 
@@ -85,7 +86,7 @@ def work(counting: list[CountingPlacer], original: str, patch: str, level: Patch
     with pytest.raises(PatchError, match=r"ambiguous|does not apply"):
         apply_patch(original, patch, tolerance=level)
     (placer,) = counting
-    bound = 6 * len(_RUNGS) * (original.count("\n") + patch.count("\n"))
+    bound = 6 * len(RUNGS) * (original.count("\n") + patch.count("\n"))
     assert placer.fit_lines <= bound, "one-place checks compared the hunk at every line"
     assert placer.examined <= bound
     return placer.examined
@@ -122,12 +123,12 @@ LINES = ["a", "\ta", "    a", "  a", "", "b", "\t\tb", "        b"]
 @given(
     st.lists(st.sampled_from(LINES), min_size=1, max_size=40),
     st.lists(st.sampled_from(LINES), min_size=1, max_size=6),
-    st.sampled_from(range(len(_RUNGS))),
+    st.sampled_from(range(len(RUNGS))),
 )
 def test_the_linear_search_finds_what_checking_every_line_finds(
     lines: list[str], old: list[str], rung_at: int
 ) -> None:
-    rung = _RUNGS[rung_at]
+    rung = RUNGS[rung_at]
     placer = Placer(lines, "loose", "")
     ops = tuple((" ", s, False) for s in old)
     hunk = Hunk(1, "@@", 1, old, ops, len(old), len(old))

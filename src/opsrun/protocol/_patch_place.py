@@ -28,12 +28,29 @@ file's indentation, in the file's tabs-or-spaces style.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Literal, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from opsrun.errors import ConfigError, PatchError
+from opsrun.errors import PatchError
+
+from ._patch_rules import (
+    RANK,
+    RUNGS,
+    TAB_SIZES,
+    MatchRule,
+    PatchTolerance,
+    Rung,
+    check_tolerance,
+    find_all,
+    fit_indent,
+    indent_of,
+    loose,
+    same,
+    width_of,
+    widths,
+)
 
 __all__ = [
     "HunkPlacement",
@@ -43,13 +60,6 @@ __all__ = [
     "check_tolerance",
 ]
 
-PatchTolerance = Literal["exact", "whitespace", "loose"]
-MatchRule = Literal[
-    "exact", "trailing_whitespace", "whitespace", "reindented", "loose_text", "edge_context"
-]
-
-_RANK: dict[str, int] = {"exact": 0, "whitespace": 1, "loose": 2}
-_TAB_SIZES = (4, 8, 2)
 _MAX_CANDIDATES = 20
 _MAX_SHOWN = 200
 _COMMON = 500  # a line seen more often than this says nothing about where a hunk is
@@ -92,20 +102,6 @@ class PatchResult(BaseModel):
         return tuple(h for h in self.hunks if h.relocated)
 
 
-def check_tolerance(tolerance: object) -> PatchTolerance:
-    """Return ``tolerance`` when it is a tolerance level.
-
-    Raises:
-        ConfigError: any other value.
-    """
-    if tolerance == "exact" or tolerance == "whitespace" or tolerance == "loose":
-        return tolerance
-    raise ConfigError(
-        f"tolerance must be 'exact', 'whitespace' or 'loose', got {tolerance!r}",
-        details={"field": "tolerance"},
-    )
-
-
 class Hunk(NamedTuple):
     """One hunk, ready to place: its pattern (old side) and its edit operations."""
 
@@ -118,81 +114,6 @@ class Hunk(NamedTuple):
     suffix: int  # context lines after the last change
     numbered: bool = True  # False: the header states no line (accepted when loose)
     at_end: bool = False  # its last old line has no newline: it can only be the file's last
-
-
-_PUNCT = str.maketrans(
-    {
-        **dict.fromkeys("\u2010\u2011\u2012\u2013\u2014\u2015\u2212", "-"),
-        **dict.fromkeys("\u2018\u2019\u201a\u201b\u2032", "'"),
-        **dict.fromkeys("\u201c\u201d\u201e\u201f\u2033", '"'),
-        **dict.fromkeys("\u00a0\u2007\u2009\u200a\u202f\u205f\u3000", " "),
-        **dict.fromkeys("\u200b\u200c\u200d\u2060\ufeff", None),
-        "\u2026": "...",
-    }
-)
-
-
-def _same(line: str) -> str:
-    return line
-
-
-def _rstrip(line: str) -> str:
-    return line.rstrip()
-
-
-def _strip(line: str) -> str:
-    return line.strip()
-
-
-def _loose(line: str) -> str:
-    return " ".join(line.translate(_PUNCT).split())
-
-
-class _Rung(NamedTuple):
-    rule: MatchRule
-    tier: PatchTolerance
-    key: Callable[[str], str]
-    indent: Literal["same", "tabs", "shift", "any"]
-    drop: tuple[int, int] = (0, 0)  # context lines left out at the start and at the end
-
-
-_RUNGS = (
-    _Rung("exact", "exact", _same, "same"),
-    _Rung("trailing_whitespace", "whitespace", _rstrip, "same"),
-    _Rung("whitespace", "whitespace", _strip, "tabs"),
-    _Rung("reindented", "loose", _strip, "shift"),
-    _Rung("loose_text", "loose", _loose, "any"),
-    _Rung("edge_context", "loose", _loose, "any", (1, 0)),
-    _Rung("edge_context", "loose", _loose, "any", (0, 1)),
-    _Rung("edge_context", "loose", _loose, "any", (1, 1)),
-)
-
-
-def _indent(line: str) -> str:
-    return line[: len(line) - len(line.lstrip(" \t"))]
-
-
-def _width(indent: str, tab: int) -> int:
-    col = 0
-    for char in indent:
-        col = (col // tab + 1) * tab if char == "\t" else col + 1
-    return col
-
-
-def _fit_indent(kind: str, pattern: Sequence[str], lines: Sequence[str]) -> int | None:
-    """Return the tab size under which the indentations agree as ``kind`` asks, or None.
-
-    ``tabs``: every non-blank line is as wide in the file as in the hunk; ``shift``:
-    every one is wider or narrower by the same amount.
-    """
-    if kind in ("same", "any"):
-        return _TAB_SIZES[0]
-    pairs = [(_indent(p), _indent(f)) for p, f in zip(pattern, lines, strict=True) if p.strip()]
-    for tab in _TAB_SIZES:
-        deltas = {_width(f, tab) - _width(p, tab) for p, f in pairs}
-        if deltas == {0} or (kind == "shift" and len(deltas) == 1):
-            return tab
-    return None
 
 
 def _show(line: str | None) -> str:
@@ -243,8 +164,8 @@ class Placer:
         self.report = report  # build a HunkPlacement per hunk (apply_patch needs none)
         self.tolerance = tolerance
         self.label = label
-        self.rungs = [r for r in _RUNGS if _RANK[r.tier] <= _RANK[tolerance]]
-        self._keys: dict[Callable[[str], str], list[str]] = {_same: lines}
+        self.rungs = [r for r in RUNGS if RANK[r.tier] <= RANK[tolerance]]
+        self._keys: dict[Callable[[str], str], list[str]] = {same: lines}
         self._index: dict[Callable[[str], str], dict[str, list[int]]] = {}
         self._tabs: bool | None = None
         self._idcache: dict[Callable[[str], str], list[int]] = {}
@@ -290,14 +211,14 @@ class Placer:
         if not hunk.old:
             if not hunk.numbered:
                 raise self.failure(hunk, None, "it has neither context lines nor line numbers")
-            return hunk, guess, self._placement(hunk, guess, _RUNGS[0])
+            return hunk, guess, self._placement(hunk, guess, RUNGS[0])
         stated = guess if hunk.numbered else None
         lo = frozen + 1
         for rung in self.rungs:
             part = _trim(hunk, rung.drop)
             if part is None:
                 continue
-            pattern = part.old if rung.key is _same else [rung.key(s) for s in part.old]
+            pattern = part.old if rung.key is same else [rung.key(s) for s in part.old]
             # A hunk cut short at its edges has lost what pins it to its stated line.
             at = None if stated is None or rung.drop != (0, 0) else stated
             if at is not None and at in self._allowed(part, rung, lo, at):
@@ -315,7 +236,7 @@ class Placer:
     def _anchored(self) -> bool:
         return self.tolerance != "loose"
 
-    def _allowed(self, part: Hunk, rung: _Rung, lo: int, guess: int | None) -> range:
+    def _allowed(self, part: Hunk, rung: Rung, lo: int, guess: int | None) -> range:
         """The lines the hunk may start at: GNU's limits, none of them when loose.
 
         As in GNU ``patch``, a hunk stated before the end of the previous one is also
@@ -333,7 +254,7 @@ class Placer:
         return allowed
 
     def _matches(
-        self, pattern: list[str], part: Hunk, rung: _Rung, allowed: range
+        self, pattern: list[str], part: Hunk, rung: Rung, allowed: range
     ) -> list[tuple[int, int]]:
         """Every line in ``allowed`` where the hunk matches under ``rung``, with its tab size.
 
@@ -358,7 +279,7 @@ class Placer:
         return self._search(pattern, part, rung, allowed)
 
     def _search(
-        self, pattern: list[str], part: Hunk, rung: _Rung, allowed: range
+        self, pattern: list[str], part: Hunk, rung: Rung, allowed: range
     ) -> list[tuple[int, int]]:
         """:meth:`_matches` in linear time: a Knuth-Morris-Pratt search per sequence."""
         if not allowed:
@@ -368,9 +289,9 @@ class Placer:
         wanted = [of[k][0] - 1 for k in pattern]  # a line's id: its first line, 0-based
         lo, stop = allowed.start - 1, allowed[-1] - 1 + len(pattern)  # 0-based, the window
         self.examined += stop - lo + len(pattern)
-        hits = [lo + 1 + at for at in _find_all(ids[lo:stop], wanted)]
+        hits = [lo + 1 + at for at in find_all(ids[lo:stop], wanted)]
         if rung.indent in ("same", "any"):
-            return [(pos, _TAB_SIZES[0]) for pos in hits]
+            return [(pos, TAB_SIZES[0]) for pos in hits]
         # Indentation as a sequence too: each non-blank line's width ("tabs"), or its width
         # less the previous non-blank line's ("shift"), under each tab size in turn.
         first = next((j for j, text in enumerate(part.old) if text.strip()), None)
@@ -378,15 +299,15 @@ class Placer:
             return []
         left = set(hits)
         tabs: dict[int, int] = {}
-        for tab in _TAB_SIZES:
+        for tab in TAB_SIZES:
             if not left:
                 break
             skip = 0 if rung.indent == "tabs" else first + 1
-            want = _widths(part.old, tab, relative=rung.indent == "shift")[skip:]
+            want = widths(part.old, tab, relative=rung.indent == "shift")[skip:]
             have = self._widths(tab, relative=rung.indent == "shift")
             self.examined += stop - lo + len(want)
             if want:
-                starts = {lo + 1 + at for at in _find_all(have[lo + skip : stop], want)}
+                starts = {lo + 1 + at for at in find_all(have[lo + skip : stop], want)}
             else:
                 starts = set(left)
             for pos in left & starts:
@@ -405,10 +326,10 @@ class Placer:
     def _widths(self, tab: int, *, relative: bool) -> list[int | None]:
         found = self._widthcache.get((tab, relative))
         if found is None:
-            found = self._widthcache[tab, relative] = _widths(self.lines, tab, relative=relative)
+            found = self._widthcache[tab, relative] = widths(self.lines, tab, relative=relative)
         return found
 
-    def _fits(self, pattern: list[str], part: Hunk, rung: _Rung, pos: int) -> int | None:
+    def _fits(self, pattern: list[str], part: Hunk, rung: Rung, pos: int) -> int | None:
         """The tab size the match at ``pos`` uses under ``rung``, or None when it does not match."""
         size = len(part.old)
         keys = self.keys(rung.key)
@@ -417,16 +338,16 @@ class Placer:
         self.examined += size
         if keys[pos - 1 : pos - 1 + size] != pattern:
             return None
-        return _fit_indent(rung.indent, part.old, self.lines[pos - 1 : pos - 1 + size])
+        return fit_indent(rung.indent, part.old, self.lines[pos - 1 : pos - 1 + size])
 
     def _done(
-        self, hunk: Hunk, part: Hunk, pos: int, rung: _Rung, tab: int
+        self, hunk: Hunk, part: Hunk, pos: int, rung: Rung, tab: int
     ) -> tuple[Hunk, int, HunkPlacement | None]:
         if rung.indent != "same":
             part = self._reindent(hunk, part, pos, tab)
         return part, pos, self._placement(hunk, pos - rung.drop[0], rung)
 
-    def _placement(self, hunk: Hunk, line: int, rung: _Rung) -> HunkPlacement | None:
+    def _placement(self, hunk: Hunk, line: int, rung: Rung) -> HunkPlacement | None:
         if not self.report:
             return None
         level = rung.tier
@@ -455,7 +376,7 @@ class Placer:
             if kind == "+":
                 refs.append(None)
             else:
-                refs.append((_indent(text), _indent(self.lines[at])) if text.strip() else None)
+                refs.append((indent_of(text), indent_of(self.lines[at])) if text.strip() else None)
                 at += 1
         ops = list(part.ops)
         for i, (kind, text, lacks_nl) in enumerate(part.ops):
@@ -466,7 +387,7 @@ class Placer:
                 continue
             before = next((r for r in reversed(refs[:i]) if r is not None), None)
             after = next((r for r in refs[i + 1 :] if r is not None), None)
-            shifts = {_width(r[1], tab) - _width(r[0], tab) for r in (before, after) if r}
+            shifts = {width_of(r[1], tab) - width_of(r[0], tab) for r in (before, after) if r}
             ref = before or after
             if ref is None:
                 continue
@@ -477,11 +398,11 @@ class Placer:
                     f"the lines around its added line {text.strip()[:60]!r} are re-indented "
                     "by different amounts, so its indentation in the file is unknown",
                 )
-            mine, theirs, added = ref[0], ref[1], _indent(text)
+            mine, theirs, added = ref[0], ref[1], indent_of(text)
             tabs = "\t" in theirs if theirs else self.file_uses_tabs()
             if mine == theirs and ("\t" in added) == tabs:
                 continue
-            width = max(0, _width(theirs, tab) + _width(added, tab) - _width(mine, tab))
+            width = max(0, width_of(theirs, tab) + width_of(added, tab) - width_of(mine, tab))
             new = "\t" * (width // tab) + " " * (width % tab) if tabs else " " * width
             ops[i] = (kind, new + text[len(added) :], lacks_nl)
         return part._replace(ops=tuple(ops))
@@ -489,7 +410,7 @@ class Placer:
     # -- errors ---------------------------------------------------------------------------
 
     def _ambiguous(
-        self, hunk: Hunk, stated: int | None, rung: _Rung, candidates: list[int]
+        self, hunk: Hunk, stated: int | None, rung: Rung, candidates: list[int]
     ) -> PatchError:
         where = f"{self.label}: " if self.label else ""
         shown = ", ".join(str(c) for c in candidates[:_MAX_CANDIDATES])
@@ -569,10 +490,10 @@ class Placer:
         """The start of the region most like the hunk's old side, with its differing lines."""
         if not hunk.old or not self.lines:
             return None
-        index = self.index(_loose)
+        index = self.index(loose)
         votes: dict[int, int] = {}
         for j, text in enumerate(hunk.old):
-            key = _loose(text)
+            key = loose(text)
             found = index.get(key, ()) if key else ()
             if len(found) > _COMMON:
                 continue
@@ -599,47 +520,3 @@ def _gnu_allowed(hunk: Hunk, lines: int, line: int) -> range:
     if hunk.suffix < hunk.prefix:
         return range(hi, hi + 1)
     return range(1, max(hi, line) + 1)
-
-
-def _find_all(text: Sequence[object], pattern: Sequence[object]) -> list[int]:
-    """Every index where ``pattern`` occurs in ``text`` (Knuth-Morris-Pratt, linear)."""
-    size = len(pattern)
-    if size == 0 or size > len(text):
-        return []
-    fail = [0] * size
-    k = 0
-    for i in range(1, size):
-        while k and pattern[i] != pattern[k]:
-            k = fail[k - 1]
-        if pattern[i] == pattern[k]:
-            k += 1
-        fail[i] = k
-    found: list[int] = []
-    k = 0
-    for i, item in enumerate(text):
-        while k and item != pattern[k]:
-            k = fail[k - 1]
-        if item == pattern[k]:
-            k += 1
-            if k == size:
-                found.append(i - size + 1)
-                k = fail[k - 1]
-    return found
-
-
-def _widths(lines: Sequence[str], tab: int, *, relative: bool) -> list[int | None]:
-    """Each line's indentation width (None for a blank line); ``relative``: less the previous
-    non-blank line's, None for the first one (it matches nothing)."""
-    out: list[int | None] = []
-    previous: int | None = None
-    for line in lines:
-        if not line.strip():
-            out.append(None)
-            continue
-        width = _width(_indent(line), tab)
-        if not relative:
-            out.append(width)
-        else:
-            out.append(None if previous is None else width - previous)
-            previous = width
-    return out
