@@ -1,4 +1,4 @@
-"""The README's code and the examples run as documented."""
+"""The README's code, examples in the docs and the example scripts run as documented."""
 
 from __future__ import annotations
 
@@ -84,3 +84,29 @@ def test_plan_driver_example_runs() -> None:
     assert "protocol attempts [2, 1], repairs 1" in out
     assert "app.py fixed: True; the model was asked 5 times" in out
     assert "undo restores app.py: True" in out
+
+
+def run_doc_block(doc: str, marker: str) -> str:
+    """Run the one python block of ``docs/<doc>`` containing ``marker``; return its output."""
+    blocks = [b for b in python_blocks(ROOT / "docs" / doc) if marker in b]
+    assert len(blocks) == 1, f"{doc}: {len(blocks)} python blocks contain {marker!r}"
+    completed = subprocess.run(
+        [sys.executable, "-c", blocks[0]], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert completed.returncode == 0, completed.stderr
+    return completed.stdout
+
+
+def test_engine_registration_example_runs() -> None:
+    out = run_doc_block("engine.md", "catalog.add(ReplyLength())")
+    assert out.splitlines() == [
+        "done {'chars': 13}",
+        r"system: 'You are a travel guide.\nAnswer in one sentence.'",
+        "system: 'The user prefers metric units.'",
+        "user: 'How far is Lyon from Paris?'",
+    ]
+
+
+def test_report_event_log_example_runs() -> None:
+    out = run_doc_block("report.md", "log = EventLog()")
+    assert out.splitlines() == ["False", "[3, 4]", "2", "True"]

@@ -101,7 +101,11 @@ async def test_snapshot_matches_what_was_sent() -> None:
     @catalog.function("note", name="Note")
     async def _note(ctx: OperationContext) -> OperationResult:
         return OperationResult.done(
-            prompt=[AppendAfterLastUser(content="be brief", role=DomainRole.DEVELOPER)]
+            prompt=[
+                AppendAfterLastUser(
+                    content="be brief", role=DomainRole.DEVELOPER, source="art.style"
+                )
+            ]
         )
 
     await use_profile(stores, op("note"))
@@ -132,6 +136,12 @@ async def test_snapshot_matches_what_was_sent() -> None:
     assert kinds == ["system", "history", "effect"]
     assert snapshot.messages[2].source is not None
     assert snapshot.messages[2].source.operation_id == "note"
+    assert snapshot.messages[2].source.note == "art.style"
+    report = await runner.explain(result.run.run_id)
+    assert report.prompt is not None
+    assert report.prompt.messages[2].source == (
+        "effect note (prompt.append_after_last_user) from art.style"
+    )
 
 
 async def test_persisted_artifact_enters_later_prompts_and_draft() -> None:

@@ -80,6 +80,8 @@ class PromptSource(Model):
     """For effects: the operation that produced it."""
     effect: str | None = None
     """For effects: the effect type."""
+    note: str | None = None
+    """For effects: the ``source`` the effect gave (where its text came from)."""
     tag: str | None = None
     """For artifacts: the tag."""
     version: int | None = None

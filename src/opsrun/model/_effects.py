@@ -26,7 +26,8 @@ class AppendAfterLastUser(Model):
     content: str
     """Message text."""
     source: str | None = None
-    """Where it came from, e.g. ``art.augmentation_notes``."""
+    """Where its text came from, e.g. ``art.augmentation_notes``; the prompt snapshot
+    keeps it as the message source's ``note``."""
 
 
 class SystemUpdate(Model):
@@ -38,7 +39,8 @@ class SystemUpdate(Model):
     content: str
     """The payload."""
     source: str | None = None
-    """Where it came from."""
+    """Where its text came from; the prompt snapshot keeps it as the message source's
+    ``note``."""
 
 
 class InsertAtDepth(Model):
@@ -52,7 +54,8 @@ class InsertAtDepth(Model):
     content: str
     """Message text."""
     source: str | None = None
-    """Where it came from."""
+    """Where its text came from; the prompt snapshot keeps it as the message source's
+    ``note``."""
 
 
 PromptEffect: TypeAlias = Annotated[

@@ -208,7 +208,9 @@ def _apply_effects(
     """
     applied = _AppliedEffects(system)
     for op_id, effect in effects:
-        source = PromptSource(kind="effect", operation_id=op_id, effect=effect.type)
+        source = PromptSource(
+            kind="effect", operation_id=op_id, effect=effect.type, note=effect.source
+        )
         if isinstance(effect, SystemUpdate):
             if effect.mode == "prepend":
                 applied.system = effect.content + applied.system

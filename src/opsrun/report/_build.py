@@ -203,7 +203,8 @@ def _source_label(source: PromptSource | None) -> str:
             return label + (f" on {source.message_id}" if source.message_id else "")
         case "effect":
             label = f"effect {source.operation_id or '?'}"
-            return label + (f" ({source.effect})" if source.effect else "")
+            label += f" ({source.effect})" if source.effect else ""
+            return label + (f" from {source.note}" if source.note else "")
         case other:
             return other
 

@@ -249,7 +249,8 @@ class ReportOutcome(Model):
     failed_details: FailedDetails | None = None
     """Why, bounded."""
     abort_reason: str | None = None
-    """``user_abort`` or ``deadline``."""
+    """Why the run was aborted: ``user_abort``, ``deadline``, ``cancelled`` or
+    ``lease_expired``."""
     duration_ms: float | None = None
     """Total time."""
 
