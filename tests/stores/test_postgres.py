@@ -37,6 +37,7 @@ from opsrun.model import (
     RunStatus,
     Trigger,
 )
+from opsrun.operations import AbortSignal
 from opsrun.ports import (
     ArtifactArchive,
     ChatStore,
@@ -223,6 +224,25 @@ async def test_a_schema_from_a_newer_release_is_refused(dsn: str, schema: str) -
 
 
 @ASYNCIO_ONLY
+async def test_a_schema_version_that_is_not_an_integer_is_store_corrupt(
+    dsn: str, schema: str
+) -> None:
+    _query(dsn, sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    table = sql.Identifier(schema, "schema_version")
+    _query(dsn, sql.SQL("CREATE TABLE {} (version text NOT NULL)").format(table))
+    _query(dsn, sql.SQL("INSERT INTO {} VALUES ('two')").format(table))
+    for opening in (
+        PostgresStores(dsn, schema=schema).open,
+        PostgresStores(dsn, schema=schema, migrate=False).open,
+        PostgresStores(dsn, schema=schema).migrate,
+    ):
+        with pytest.raises(StoreError) as corrupt:
+            await opening()
+        assert corrupt.value.code == "store_corrupt"
+        assert corrupt.value.details == {"schema": schema, "version": "'two'"}
+
+
+@ASYNCIO_ONLY
 async def test_without_migrate_an_outdated_schema_is_refused_until_migrated(
     dsn: str, schema: str
 ) -> None:
@@ -302,7 +322,108 @@ async def test_events_delivered_twice_are_kept_once(dsn: str) -> None:
         assert [e.seq for e in await stores.runs.events("r")] == [1, 2, 3, 4, 5]
 
 
+async def test_a_run_aborted_with_nul_in_its_reason_is_saved_as_given(dsn: str) -> None:
+    reason = "stopped \x00 by the host"
+    async with open_stores(dsn) as stores:
+        runner = make_runner(stores=stores, ids=UuidIds())
+        abort = AbortSignal()
+        abort.abort(reason)
+        request = RunRequest(trigger=Trigger.GENERATE, chat_id="c", user_message="a \x00 b")
+        result = await runner.run(request, abort=abort)
+        assert (result.status, result.run.abort_reason) == (RunStatus.ABORTED, reason)
+        stored, _ = await stores.runs.get_run(result.run.run_id)
+        assert stored == result.run
+        # The column that the follow check reads keeps NUL as U+FFFD; the record keeps it.
+        column = sql.SQL("SELECT abort_reason FROM {} WHERE run_id = %s")
+        found = _query(dsn, column.format(sql.Identifier(stores.schema, "runs")), stored.run_id)
+        assert found == [("stopped \ufffd by the host",)]
+
+
 # --- the pool -------------------------------------------------------------------------
+
+
+class _BlockedOpen:
+    """Stands in for ``Database._open``: counts the calls, keeps the pools they start, and
+    holds each in its thread until released."""
+
+    def __init__(self, stores: PostgresStores) -> None:
+        self._open = stores._db._open
+        self.pools: list[Any] = []
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, apply_migrations: bool) -> Any:
+        self.entered.set()
+        self.release.wait(30)
+        pools = self._open(apply_migrations)
+        self.pools.extend(pools)
+        return pools
+
+    async def wait_entered(self) -> None:
+        await anyio.to_thread.run_sync(self.entered.wait, 30)
+
+
+async def test_concurrent_opens_start_one_set_of_pools(
+    dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stores = PostgresStores(dsn, schema=schema)
+    opening = _BlockedOpen(stores)
+    monkeypatch.setattr(stores._db, "_open", opening)
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stores.open)
+            tg.start_soon(stores.open)
+            await opening.wait_entered()
+            await anyio.wait_all_tasks_blocked()  # the second opener waits its turn
+            opening.release.set()
+        assert len(opening.pools) == 2  # one call: the calls' pool and the holds' pool
+        await stores.profiles.save_profile(PROFILE)
+        await stores.close()
+    assert all(pool.closed for pool in opening.pools)
+
+
+async def test_stores_closed_while_they_open_start_no_pools(
+    dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stores = PostgresStores(dsn, schema=schema)
+    opening = _BlockedOpen(stores)
+    monkeypatch.setattr(stores._db, "_open", opening)
+    errors: list[StoreError] = []
+
+    async def open_in_vain() -> None:
+        with pytest.raises(StoreError) as closed:
+            await stores.open()
+        errors.append(closed.value)
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(open_in_vain)
+            await opening.wait_entered()
+            await stores.close()
+            opening.release.set()
+    assert [e.code for e in errors] == ["store_closed"]
+    assert stores.closed
+    assert len(opening.pools) == 2
+    assert all(pool.closed for pool in opening.pools)
+
+
+async def test_an_open_cancelled_while_the_pools_start_closes_them(
+    dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stores = PostgresStores(dsn, schema=schema)
+    opening = _BlockedOpen(stores)
+    monkeypatch.setattr(stores._db, "_open", opening)
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stores.open)
+            await opening.wait_entered()
+            tg.cancel_scope.cancel()
+            opening.release.set()
+        assert len(opening.pools) == 2
+        assert all(pool.closed for pool in opening.pools)
+        async with stores:  # not open, not closed: opens again
+            await stores.profiles.save_profile(PROFILE)
+    assert all(pool.closed for pool in opening.pools[2:])
 
 
 def _connections(dsn: str, application_name: str) -> int:

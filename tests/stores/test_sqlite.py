@@ -189,6 +189,22 @@ def test_a_file_from_a_newer_release_is_refused(tmp_path: Path) -> None:
     assert refused.value.details["version"] == SCHEMA_VERSION + 1
 
 
+@pytest.mark.parametrize("version", ["two", 2.5, b"\x02"])
+def test_a_schema_version_that_is_not_an_integer_is_store_corrupt(
+    tmp_path: Path, version: object
+) -> None:
+    db = tmp_path / "chat.db"
+    SqliteStores(db).close()
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute("UPDATE schema_version SET version = ?", (version,))
+    conn.close()
+    with pytest.raises(StoreError) as corrupt:
+        SqliteStores(db)
+    assert corrupt.value.code == "store_corrupt"
+    assert corrupt.value.details["version"] == repr(version)
+
+
 def test_a_file_that_cannot_be_opened_is_a_store_error(tmp_path: Path) -> None:
     with pytest.raises(StoreError) as failed:
         SqliteStores(tmp_path / "missing" / "chat.db")
@@ -327,6 +343,36 @@ async def test_two_store_objects_on_one_file_share_records_and_branches(tmp_path
                 await anyio.sleep(0.02)
                 assert not entered.is_set()
             await entered.wait()
+
+
+async def test_closing_the_stores_releases_the_branches_they_hold_and_wait_for(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Closing one store object frees its holds and waits at once for another (as for
+    another process): not after their leases, which outlast the test here."""
+    db = tmp_path / "chat.db"
+    one = SqliteStores(db, branch_lease_seconds=3600)
+    with SqliteStores(db) as two, anyio.fail_after(30):
+        waiter_failed: list[StoreError] = []
+
+        async def wait_for_the_branch() -> None:
+            with pytest.raises(StoreError) as closed:
+                async with one.runs.hold_branch("c", "main"):
+                    raise AssertionError("entered a held branch")
+            waiter_failed.append(closed.value)
+
+        async with anyio.create_task_group() as tg, one.runs.hold_branch("c", "main"):
+            tg.start_soon(wait_for_the_branch)
+            while len(await _expires_at(db)) < 2:  # the holder and its waiter
+                await anyio.sleep(0.01)
+            one.close()
+            assert await _expires_at(db) == []
+            async with two.runs.hold_branch("c", "main", wait=False):  # free at once
+                pass
+        assert [e.code for e in waiter_failed] == ["store_closed"]
+        async with two.runs.hold_branch("c", "main", wait=False):
+            pass
+    assert "could not" not in caplog.text  # nothing left to release or renew
 
 
 async def _expires_at(db: Path) -> list[float]:

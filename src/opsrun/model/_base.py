@@ -6,12 +6,28 @@ from typing import Any, TypeAlias
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
 
 JsonValue: TypeAlias = Any
 """Any JSON-compatible value (``dict``/``list``/``str``/``int``/``float``/``bool``/``None``)."""
 
 JsonObject: TypeAlias = dict[str, Any]
 """A JSON object."""
+
+
+def no_nul(value: str | None) -> str | None:
+    """Return the id ``value`` unless it contains NUL (``\\x00``), which some stores
+    cannot keep in a key.
+
+    Raises:
+        PydanticCustomError: it does (error type ``nul_character``).
+    """
+    if value is not None and "\x00" in value:
+        raise PydanticCustomError(
+            "nul_character",
+            "an id must not contain NUL (\\x00): stores keep ids as text, which cannot hold it",
+        )
+    return value
 
 
 class Model(BaseModel):

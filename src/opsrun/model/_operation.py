@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from ._base import JsonObject, Model
+from ._base import JsonObject, Model, no_nul
 from ._enums import Hook, Trigger
 
 
@@ -111,6 +111,8 @@ class OperationProfile(Model):
     """Schema or content version for migrations."""
     operations: tuple[ProfileOperation, ...] = ()
     """The configured operations, in profile order."""
+
+    _no_nul = field_validator("profile_id", "operation_profile_session_id", mode="after")(no_nul)
 
     def operation(self, operation_id: str) -> ProfileOperation | None:
         """Return the entry for ``operation_id``, or None."""

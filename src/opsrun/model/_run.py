@@ -7,7 +7,7 @@ from typing import Literal, TypeAlias
 
 from pydantic import Field, field_validator, model_validator
 
-from ._base import JsonObject, Model
+from ._base import JsonObject, Model, no_nul
 from ._effects import OperationError
 from ._enums import (
     FailedType,
@@ -26,6 +26,16 @@ from ._prompt import PromptSnapshot
 TriggerName: TypeAlias = Literal["generate", "regenerate"]
 """The values of :class:`Trigger` as plain strings (what a host usually has at hand)."""
 
+_REQUEST_IDS = (
+    "chat_id",
+    "branch_id",
+    "profile_id",
+    "user_message_id",
+    "assistant_variant_id",
+    "client_request_id",
+)
+"""The fields of a :class:`RunRequest` that stores keep as ids (and as turn keys)."""
+
 
 class RunRequest(Model):
     """What the host asks for: one generation or regeneration of a turn.
@@ -35,6 +45,11 @@ class RunRequest(Model):
     assistant variant to it. Idempotency keys: ``(chatId, userMessageId)`` or
     ``(chatId, clientRequestId)`` for generate; ``(chatId, clientRequestId)`` or
     ``(chatId, assistantVariantId)`` for regenerate.
+
+    Ids (``chat_id``, ``branch_id``, ``profile_id``, ``user_message_id``,
+    ``assistant_variant_id``, ``client_request_id``) must not contain NUL (``\\x00``),
+    which some stores cannot keep in a key: such a request fails validation with error
+    type ``nul_character``. Free text (``user_message``, ``system_prompt``) may.
     """
 
     trigger: Trigger | TriggerName
@@ -72,6 +87,8 @@ class RunRequest(Model):
     @classmethod
     def _as_trigger(cls, value: Trigger | TriggerName) -> Trigger:
         return Trigger(value)
+
+    _no_nul = field_validator(*_REQUEST_IDS, mode="after")(no_nul)
 
     @model_validator(mode="after")
     def _turn_inputs(self) -> RunRequest:

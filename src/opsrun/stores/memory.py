@@ -30,7 +30,7 @@ from operator import attrgetter
 
 import anyio
 
-from ..errors import ArtifactConflict, NotFound, StoreError
+from ..errors import ArtifactConflict, NotFound
 from ..model import (
     ArchivedVersion,
     Artifact,
@@ -47,6 +47,7 @@ from ..model import (
     RunFinished,
     RunStatus,
 )
+from ._branch_hold import branch_busy
 from ._cursor import check_limit, check_prune, decode_cursor, encode_cursor, micros
 from ._frozen import FROZEN_EMPTY, freeze_model
 
@@ -515,12 +516,7 @@ class _BranchHold:
             self._branches[self._key] = deque()
             return
         if not self._wait:
-            chat_id, branch_id = self._key
-            raise StoreError(
-                f"chat {chat_id!r} branch {branch_id!r} already has an active run",
-                code="branch_busy",
-                details={"chat_id": chat_id, "branch_id": branch_id},
-            )
+            raise branch_busy(*self._key)
         turn = anyio.Event()
         waiters.append(turn)
         try:

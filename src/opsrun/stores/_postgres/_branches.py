@@ -28,6 +28,7 @@ from psycopg import sql
 from psycopg.pq import ConnStatus, TransactionStatus
 
 from ...errors import StoreError
+from .._branch_hold import beside, branch_busy
 from ._db import Database, HeldConnection, wait_readable
 from ._schema import Conn, advisory_key
 
@@ -37,14 +38,6 @@ _log = logging.getLogger("opsrun.stores.postgres")
 
 HOLD_APPLICATION_NAME = "opsrun branch hold"
 """``application_name`` of a connection while it holds or waits for a branch."""
-
-
-def _busy(chat_id: str, branch_id: str) -> StoreError:
-    return StoreError(
-        f"chat {chat_id!r} branch {branch_id!r} already has an active run",
-        code="branch_busy",
-        details={"chat_id": chat_id, "branch_id": branch_id},
-    )
 
 
 def _begin_and_try(conn: Conn, key: int, keepalive: int | None) -> bool:
@@ -130,22 +123,12 @@ class BranchHolds:
             self._local_turn(key, chat_id, branch_id, wait=wait),
             self._db.hold_connection(try_lock, _end) as (held, locked),
         ):
-            conn = held.conn
             if not locked:
                 if not wait:
-                    raise _busy(chat_id, branch_id)
+                    raise branch_busy(chat_id, branch_id)
                 await self._wait_for_lock(held, key)
-            failure: Exception | None = None
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._watch, conn, chat_id, branch_id)
-                try:
-                    yield
-                except Exception as exc:  # raised below, outside the task group, unwrapped
-                    failure = exc
-                finally:
-                    tg.cancel_scope.cancel()
-            if failure is not None:
-                raise failure
+            async with beside(partial(self._watch, held.conn, chat_id, branch_id)):
+                yield
 
     @asynccontextmanager
     async def _local_turn(
@@ -156,7 +139,7 @@ class BranchHolds:
         if lock is None:
             lock = anyio.Lock()
         if not wait and lock.locked():
-            raise _busy(chat_id, branch_id)
+            raise branch_busy(chat_id, branch_id)
         self._local[key] = (lock, users + 1)
         try:
             async with lock:

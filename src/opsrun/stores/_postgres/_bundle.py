@@ -110,8 +110,9 @@ class PostgresStores:
         Raises:
             StoreError: the server cannot be reached (``store_unavailable``), the schema
                 is outdated and ``migrate`` is False (``schema_outdated``), it was
-                written by a newer release (``schema_too_new``), the stores were closed
-                (``store_closed``), or PostgreSQL failed (``store_error``).
+                written by a newer release (``schema_too_new``), its version is not an
+                integer (``store_corrupt``), the stores were closed (``store_closed``),
+                or PostgreSQL failed (``store_error``).
         """
         await self._db.open(apply_migrations=self._migrate)
 
@@ -124,8 +125,8 @@ class PostgresStores:
 
         Raises:
             StoreError: the server cannot be reached (``store_unavailable``), the schema
-                was written by a newer release (``schema_too_new``), or PostgreSQL
-                failed (``store_error``).
+                was written by a newer release (``schema_too_new``), its version is not
+                an integer (``store_corrupt``), or PostgreSQL failed (``store_error``).
         """
         return await self._db.migrate()
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 import anyio
+import anyio.lowlevel
 import psycopg
 import pydantic
 from psycopg import sql
@@ -96,6 +97,12 @@ def _connect_kwargs(dsn: str, timeout: float) -> dict[str, Any]:
     return {key: value for key, value in defaults.items() if key not in given}
 
 
+def _close_pools(*pools: ConnectionPool[Conn]) -> None:
+    """Close ``pools`` (blocking)."""
+    for pool in pools:
+        pool.close()
+
+
 @dataclass(frozen=True, slots=True)
 class _Open:
     """What an open database has: the pools and the limits on their use."""
@@ -160,6 +167,8 @@ class Database:
         self._open_state: _Open | None = None
         self._state: Literal["new", "open", "closed"] = "new"
         self._waits: set[anyio.CancelScope] = set()
+        self._opening: anyio.Lock | None = None
+        """Serialises :meth:`open` (made by its first call, inside the event loop)."""
 
     @property
     def state(self) -> Literal["new", "open", "closed"]:
@@ -177,22 +186,38 @@ class Database:
 
         Raises:
             StoreError: the server cannot be reached (``store_unavailable``), the schema
-                is outdated (``schema_outdated``) or newer (``schema_too_new``), the
-                stores were closed (``store_closed``), or PostgreSQL failed.
+                is outdated (``schema_outdated``) or newer (``schema_too_new``) or its
+                version is not an integer (``store_corrupt``), the stores were closed
+                (``store_closed``), or PostgreSQL failed.
         """
-        if self._state == "open":
-            return
-        self._check_not_closed()
-        pool, hold_pool = await anyio.to_thread.run_sync(self._open, apply_migrations)
-        # The limiters belong to the event loop the stores serve: made here, inside it.
-        self._open_state = _Open(
-            pool=pool,
-            hold_pool=hold_pool,
-            calls=anyio.CapacityLimiter(self._max_size),
-            holds=anyio.Semaphore(self._max_holds),
-            hold_threads=anyio.CapacityLimiter(self._max_holds),
-        )
-        self._state = "open"
+        if self._opening is None:
+            self._opening = anyio.Lock()
+        # Concurrent openers queue here: the first starts the pools, the others find
+        # them started.
+        async with self._opening:
+            if self._state == "open":
+                return
+            self._check_not_closed()
+            # Pools that started are closed, not lost, when the caller was cancelled or
+            # the stores were closed meanwhile; the stores may then be opened again.
+            with anyio.CancelScope(shield=True):
+                pool, hold_pool = await anyio.to_thread.run_sync(self._open, apply_migrations)
+            try:
+                await anyio.lowlevel.checkpoint_if_cancelled()
+                self._check_not_closed()
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(_close_pools, pool, hold_pool)
+                raise
+            # The limiters belong to the event loop the stores serve: made here, inside it.
+            self._open_state = _Open(
+                pool=pool,
+                hold_pool=hold_pool,
+                calls=anyio.CapacityLimiter(self._max_size),
+                holds=anyio.Semaphore(self._max_holds),
+                hold_threads=anyio.CapacityLimiter(self._max_holds),
+            )
+            self._state = "open"
 
     def _open(self, apply_migrations: bool) -> tuple[ConnectionPool[Conn], ConnectionPool[Conn]]:
         try:
@@ -237,7 +262,8 @@ class Database:
 
         Raises:
             StoreError: the server cannot be reached (``store_unavailable``), the schema
-                is newer than this release (``schema_too_new``), or PostgreSQL failed.
+                is newer than this release (``schema_too_new``) or its version is not an
+                integer (``store_corrupt``), or PostgreSQL failed.
         """
 
         def run() -> int:
@@ -257,8 +283,7 @@ class Database:
             scope.cancel()
         if opened is not None:
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(opened.pool.close)
-                await anyio.to_thread.run_sync(opened.hold_pool.close)
+                await anyio.to_thread.run_sync(_close_pools, opened.pool, opened.hold_pool)
 
     @contextmanager
     def until_closed(self) -> Iterator[None]:

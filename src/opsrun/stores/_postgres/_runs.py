@@ -38,6 +38,12 @@ def _holds(held: Run, claimant: Run) -> bool:
     return held.status != RunStatus.RUNNING or lease is None or lease >= claimant.started_at
 
 
+def _without_nul(text: str | None) -> str | None:
+    """``text`` with each NUL replaced by U+FFFD, for a ``text`` column (which cannot
+    hold NUL)."""
+    return None if text is None else text.replace("\x00", "\ufffd")
+
+
 def _run_row(run: Run) -> tuple[object, ...]:
     """The columns of ``run``'s row but its operation runs, in table order."""
     return (
@@ -46,7 +52,11 @@ def _run_row(run: Run) -> tuple[object, ...]:
         run.branch_id,
         run.dedupe_key,
         run.status.value,
-        run.abort_reason,
+        # The abort reason is free text; its column is a copy that only the follow check
+        # reads (is it ``lease_expired``?), so it keeps NUL as U+FFFD. The record (a
+        # `json` column, which keeps the escape \u0000) holds the reason as given, and
+        # every read returns the record's.
+        _without_nul(run.abort_reason),
         _utc(run.started_at),
         run.model_dump_json(),
     )

@@ -100,14 +100,27 @@ def statement(schema: str, text: LiteralString) -> bytes | sql.Composed:
 
 
 def read_version(conn: Conn, schema: str) -> int:
-    """The schema version stored in ``schema`` (0 when it has no ``schema_version`` table)."""
+    """The schema version stored in ``schema`` (0 when it has no ``schema_version`` table).
+
+    Raises:
+        StoreError: the stored version is not an integer (code ``store_corrupt``).
+    """
     table = conn.execute(
         "SELECT to_regclass(format('%%I.schema_version', %s::text))", (schema,)
     ).fetchone()
     if table is None or table[0] is None:
         return 0
     row = conn.execute(statement(schema, "SELECT max(version) FROM {s}.schema_version")).fetchone()
-    return int(row[0]) if row is not None and row[0] is not None else 0
+    version = None if row is None else row[0]
+    if version is None:
+        return 0
+    if type(version) is not int:  # a table this release did not make
+        raise StoreError(
+            f"the schema {schema!r} has a version that is not an integer: {version!r}",
+            code="store_corrupt",
+            details={"schema": schema, "version": repr(version)},
+        )
+    return version
 
 
 def _too_new(schema: str, version: int, supported: int) -> StoreError:
@@ -123,8 +136,9 @@ def check_version(conn: Conn, schema: str) -> int:
     """Return the stored schema version if it is the one this release uses.
 
     Raises:
-        StoreError: the schema lacks migrations (``schema_outdated``) or was written by a
-            newer release (``schema_too_new``).
+        StoreError: the schema lacks migrations (``schema_outdated``), was written by a
+            newer release (``schema_too_new``), or its version is not an integer
+            (``store_corrupt``).
     """
     version = read_version(conn, schema)
     if version > SCHEMA_VERSION:
@@ -151,7 +165,8 @@ def migrate(
     migration once. ``conn`` must be in autocommit mode.
 
     Raises:
-        StoreError: the schema was written by a newer release (code ``schema_too_new``).
+        StoreError: the schema was written by a newer release (code ``schema_too_new``),
+            or its version is not an integer (code ``store_corrupt``).
         psycopg.Error: the database could not be read or written.
     """
     with conn.transaction():

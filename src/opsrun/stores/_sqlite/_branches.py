@@ -4,7 +4,8 @@ A branch's holder and its waiters are rows of ``branch_queue``, served in ticket
 (first come, first served). Each row carries a lease (``expires_at``, unix seconds) that
 its process renews, the holder from a task running beside the held block, a waiter
 while it polls. A row whose lease ran out belongs to a process that stopped (it died or
-hung): the others skip it and the next write on the branch deletes it.
+hung): the others skip it and the next write on the branch deletes it. Closing the stores
+deletes the rows of their holders and waiters at once (see ``Database.close``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from functools import partial
 import anyio
 
 from ...errors import StoreError
+from .._branch_hold import beside, branch_busy
 from ._db import Database
 
 __all__ = ["BranchHolds"]
@@ -44,11 +46,7 @@ def _enqueue(
         (chat_id, branch_id, now),
     )
     if not wait and conn.execute(_QUEUE + " LIMIT 1", (chat_id, branch_id)).fetchone():
-        raise StoreError(
-            f"chat {chat_id!r} branch {branch_id!r} already has an active run",
-            code="branch_busy",
-            details={"chat_id": chat_id, "branch_id": branch_id},
-        )
+        raise branch_busy(chat_id, branch_id)
     conn.execute(
         "INSERT INTO branch_queue (chat_id, branch_id, owner, expires_at) VALUES (?, ?, ?, ?)",
         (chat_id, branch_id, owner, now + lease),
@@ -126,13 +124,15 @@ class BranchHolds:
     async def hold(self, chat_id: str, branch_id: str, *, wait: bool) -> AsyncIterator[None]:
         """Hold the branch for the block; wait for earlier holders or refuse at once.
 
-        An exception of the block reaches the caller unchanged.
+        An exception of the block reaches the caller unchanged. Closing the stores
+        releases the branch, also while the block still runs.
 
         Raises:
             StoreError: ``wait`` is False and the branch is held (code ``branch_busy``),
-                or the database failed.
+                the stores were closed (``store_closed``), or the database failed.
         """
         owner = uuid.uuid4().hex
+        self._db.branch_owners.add(owner)  # before its row exists: closing deletes it
         try:
             if not wait:
                 enqueue = partial(_enqueue, chat_id, branch_id, owner)
@@ -141,17 +141,8 @@ class BranchHolds:
                 queue = partial(_enqueue_first, chat_id, branch_id, owner)
                 if not await self._db.write(partial(queue, self._clock(), self._lease)):
                     await self._wait_turn(chat_id, branch_id, owner)
-            failure: Exception | None = None
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._keep, chat_id, branch_id, owner)
-                try:
-                    yield
-                except Exception as exc:  # raised below, outside the task group, unwrapped
-                    failure = exc
-                finally:
-                    tg.cancel_scope.cancel()
-            if failure is not None:
-                raise failure
+            async with beside(partial(self._keep, chat_id, branch_id, owner)):
+                yield
         finally:
             with anyio.CancelScope(shield=True):
                 await self._release(chat_id, branch_id, owner)
@@ -171,12 +162,15 @@ class BranchHolds:
             delay = min(delay * 2, longest)
 
     async def _keep(self, chat_id: str, branch_id: str, owner: str) -> None:
-        """Renew the holder's lease every third of it while the block runs."""
+        """Renew the holder's lease every third of it while the block runs (until the
+        stores close, which releases the branch)."""
         while True:
             await anyio.sleep(self._lease / 3)
             try:
                 kept = await self._db.write(partial(_renew, owner, self._clock(), self._lease))
             except StoreError as exc:  # the next renewal may succeed; the lease has slack
+                if self._db.closed:
+                    return
                 _log.warning("could not renew the hold of %s/%s: %s", chat_id, branch_id, exc)
                 continue
             if not kept:
@@ -189,7 +183,12 @@ class BranchHolds:
                 return
 
     async def _release(self, chat_id: str, branch_id: str, owner: str) -> None:
+        """Delete ``owner``'s row; once the stores are closed, closing deleted it."""
         try:
-            await self._db.write(partial(_dequeue, chat_id, branch_id, owner, self._clock()))
-        except StoreError as exc:  # its lease runs out on its own
-            _log.warning("could not release a branch hold: %s", exc)
+            if not self._db.closed:
+                await self._db.write(partial(_dequeue, chat_id, branch_id, owner, self._clock()))
+        except StoreError as exc:  # closed meanwhile (which deleted it), or its lease runs out
+            if not self._db.closed:
+                _log.warning("could not release a branch hold: %s", exc)
+        finally:
+            self._db.branch_owners.discard(owner)

@@ -32,8 +32,9 @@ class SqliteStores:
         ConfigError: ``busy_timeout`` is negative or ``branch_lease_seconds`` is below
             0.1.
         StoreError: the file cannot be opened (``store_error``), stays locked longer
-            than ``busy_timeout`` (``store_busy``), or was written by a newer release
-            (``schema_too_new``).
+            than ``busy_timeout`` (``store_busy``), was written by a newer release
+            (``schema_too_new``), or holds a schema version that is not an integer
+            (``store_corrupt``).
     """
 
     def __init__(
@@ -69,7 +70,9 @@ class SqliteStores:
     def close(self) -> None:
         """Close the database; every later call raises ``StoreError`` (``store_closed``).
 
-        Waits for a call in progress to finish. Closing twice is harmless.
+        Waits for a call in progress to finish. The branches this object holds or waits
+        for are freed first, so that other processes can take them at once. Closing
+        twice is harmless.
         """
         self._db.close()
 

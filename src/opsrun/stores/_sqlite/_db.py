@@ -10,10 +10,12 @@ cancelled caller waits for its transaction to commit or roll back.
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from functools import partial
 from typing import TypeVar
 
 import pydantic
@@ -27,6 +29,8 @@ from ._worker import Job, Worker
 __all__ = ["Database"]
 
 T = TypeVar("T")
+
+_log = logging.getLogger("opsrun.stores.sqlite")
 
 _BUSY_CODES = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED (primary result codes)
 
@@ -68,8 +72,9 @@ class Database:
 
     Raises:
         StoreError: the file cannot be opened (``store_error``), another process keeps
-            it locked longer than ``busy_timeout`` (``store_busy``), or its schema is
-            newer than this release (``schema_too_new``).
+            it locked longer than ``busy_timeout`` (``store_busy``), its schema is
+            newer than this release (``schema_too_new``), or its schema version is not
+            an integer (``store_corrupt``).
     """
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float) -> None:
@@ -77,6 +82,9 @@ class Database:
         self.private = self.path in (":memory:", "")
         self.records = RecordCache()
         """Records parsed from their stored text, reused while the text is the same."""
+        self.branch_owners: set[str] = set()
+        """The owners of the ``branch_queue`` rows (branch holders and waiters) that this
+        object added and has not removed yet: closing removes them."""
         self._closed = False
         try:
             writer = _connect(self.path, busy_timeout)
@@ -122,7 +130,7 @@ class Database:
             )
         # Stores dropped without close() stop their threads and close their connections.
         self._finalizer = weakref.finalize(
-            self, _stop, self._writer, self._reader, self.checkpointer
+            self, _stop, self._writer, self._reader, self.checkpointer, self.branch_owners
         )
 
     @property
@@ -131,7 +139,8 @@ class Database:
         return self._closed
 
     def close(self) -> None:
-        """Close both connections (waits for a running call); later calls raise."""
+        """Release the branches this object holds or waits for, then close both
+        connections (waits for a running call); later calls raise."""
         self._closed = True
         self._finalizer()
 
@@ -170,11 +179,29 @@ def _store_error(exc: sqlite3.Error, path: str) -> StoreError:
     return error
 
 
-def _stop(writer: Worker, reader: Worker, checkpointer: Checkpointer | None) -> None:
+def _forget_owners(owners: Iterable[str], conn: sqlite3.Connection) -> None:
+    """Delete the ``branch_queue`` rows of ``owners``."""
+    conn.executemany("DELETE FROM branch_queue WHERE owner = ?", [(o,) for o in owners])
+
+
+def _stop(
+    writer: Worker, reader: Worker, checkpointer: Checkpointer | None, branch_owners: set[str]
+) -> None:
+    """Release the branches of ``branch_owners`` and stop the threads.
+
+    The release is the writer's last job (queued before the stop), so other processes
+    and store objects can take the branches at once, not after their leases.
+    """
+    release: Job[None] | None = None
+    if branch_owners:
+        release = Job(partial(_forget_owners, tuple(branch_owners)), write=True)
+        writer.submit(release)
     for worker in dict.fromkeys((writer, reader)):  # the private database's worker once
         worker.stop()
     if checkpointer is not None:
         checkpointer.stop()
+    if release is not None and release.error is not None:  # their leases run out instead
+        _log.warning("could not release the branches held on close: %s", release.error)
 
 
 class _Translate:

@@ -199,7 +199,8 @@ class SqliteRunStore:
         Entering waits (first come, first served) while another holder has the branch;
         with ``wait=False`` it raises at once instead. The hold is a lease the holder
         renews while the block runs; if its process dies, the branch is free once the
-        lease (``branch_lease_seconds``) runs out.
+        lease (``branch_lease_seconds``) runs out. Closing the stores frees the branch at
+        once, also while the block still runs.
 
         Raises:
             StoreError: ``wait=False`` and the branch is held (code ``branch_busy``), or

@@ -99,20 +99,38 @@ SCHEMA_VERSION = len(MIGRATIONS)
 """The schema version this release writes and reads."""
 
 
+def _stored_version(conn: sqlite3.Connection) -> int:
+    """The version in ``schema_version`` (0 when it holds none).
+
+    Raises:
+        StoreError: the stored version is not an integer (code ``store_corrupt``).
+    """
+    (version,) = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
+    if version is None:
+        return 0
+    if type(version) is not int:  # the column's affinity keeps what is not a whole number
+        raise StoreError(
+            f"the database has a schema version that is not an integer: {version!r}",
+            code="store_corrupt",
+            details={"version": repr(version)},
+        )
+    return version
+
+
 def migrate(conn: sqlite3.Connection, migrations: Sequence[Sequence[Step]] = MIGRATIONS) -> int:
     """Bring the database to the newest schema in one write transaction; return its version.
 
     Concurrent openers serialise on SQLite's write lock, so each migration runs once.
 
     Raises:
-        StoreError: the file was written by a newer release (code ``schema_too_new``).
+        StoreError: the file was written by a newer release (code ``schema_too_new``), or
+            its schema version is not an integer (code ``store_corrupt``).
         sqlite3.Error: the database could not be read or written.
     """
     conn.execute("BEGIN IMMEDIATE")
     try:
         conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-        row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
-        current = int(row[0]) if row[0] is not None else 0
+        current = _stored_version(conn)
         if current > len(migrations):
             raise StoreError(
                 f"the database has schema version {current}; this release knows versions up "

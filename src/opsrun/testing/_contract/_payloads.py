@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+from typing import Any
+
+import anyio
 from hypothesis import given
 
-from ...model import ArtifactVersion, MainLlmDelta, OperationProfile, RunStatus, Trigger
+from ...model import (
+    ArtifactVersion,
+    FailedDetails,
+    MainLlmCall,
+    MainLlmDelta,
+    OperationError,
+    OperationProfile,
+    RunEvent,
+    RunFinished,
+    RunStatus,
+    Trigger,
+)
 from ...ports import Stores
 from ._support import (
     QUICK_PROPERTY,
@@ -14,6 +29,7 @@ from ._support import (
     make_artifact,
     make_key,
     make_message,
+    make_rich_run,
     make_run,
     new_id,
 )
@@ -32,9 +48,12 @@ SAMPLES = (
 
 MEGABYTE = 1 << 20
 
+NUL_TEXT = "before \x00 after \x00\x00 🌍"
+"""Free text with NUL (``\\x00``) in it, which some databases refuse in their text type."""
+
 
 class PayloadContract(ContractBase):
-    """Any text but NUL, in ids and in data, and records of a megabyte."""
+    """Any text but NUL in ids, any text at all in data, and records of a megabyte."""
 
     async def test_unusual_text_round_trips_in_ids_and_data(self, stores: Stores) -> None:
         """Text in other scripts, characters outside the BMP, right-to-left text with
@@ -102,6 +121,87 @@ class PayloadContract(ContractBase):
         artifact = make_artifact("notes", 1, value=[text, {text: text}])
         await stores.sessions.put_artifact(key, artifact, expected_version=None)
         assert (await stores.sessions.get_artifacts(key))["notes"] == artifact
+
+    async def test_free_text_with_nul_round_trips(self, stores: Stores) -> None:
+        """Free text that contains NUL is stored and comes back unchanged wherever a
+        record holds it: message text and meta, artifact values (first write and
+        compare-and-set), archived versions, profile names, and a run's abort reason,
+        texts and errors, through every write of a run (claim, lease renewal, save) and
+        its events, listing and following included."""
+        chat_id = new_id("chat")
+        message = make_message(chat_id, "m1", text=NUL_TEXT)
+        variant = message.selected.model_copy(
+            update={"meta": {NUL_TEXT: [NUL_TEXT]}, "blocks": ({"text": NUL_TEXT},)}
+        )
+        message = message.model_copy(update={"variants": (variant,)})
+        await stores.chats.save_message(message)
+        assert await stores.chats.get_message(chat_id, "m1") == message
+        assert await stores.chats.history(chat_id, "main") == [message]
+
+        key = make_key(chat_id)
+        first = make_artifact("notes", 1, value={NUL_TEXT: NUL_TEXT}, written_by=NUL_TEXT)
+        await stores.sessions.put_artifact(key, first, expected_version=None)
+        old = ArtifactVersion(version=1, value=first.value, created_at=T0)
+        second = make_artifact("notes", 2, value=[NUL_TEXT], history=(old,))
+        await stores.sessions.put_artifact(key, second, expected_version=1)
+        assert await stores.sessions.get_artifacts(key) == {"notes": second}
+        if stores.archive is not None:
+            await stores.archive.archive(key, "notes", [old], run_id="run-nul")
+            assert await self.archived_versions(stores, key, "notes") == [(old, "run-nul")]
+
+        profile = OperationProfile(
+            profile_id=new_id("profile"),
+            name=NUL_TEXT,
+            description=NUL_TEXT,
+            operation_profile_session_id="s1",
+        )
+        await stores.profiles.save_profile(profile)
+        assert await stores.profiles.get_profile(profile.profile_id) == profile
+
+        texts: dict[str, Any] = {
+            "abort_reason": NUL_TEXT,
+            "failed_details": FailedDetails(error_message=NUL_TEXT),
+            "main_llm": MainLlmCall(started=True, text=NUL_TEXT),
+        }
+        running = make_run(chat_id=chat_id, key=new_id("key"), **texts)
+        assert await stores.runs.claim(running) == running
+        without_key = make_run(chat_id=chat_id, started_at=T0 + timedelta(seconds=1), **texts)
+        assert await stores.runs.claim(without_key) == without_key
+        await stores.runs.renew_lease(running.run_id, T0 + timedelta(minutes=1))
+        renewed, _ = await stores.runs.get_run(running.run_id)
+        assert renewed.abort_reason == NUL_TEXT
+        _, operation_runs = make_rich_run(running.run_id)
+        error = OperationError(code="x", message=NUL_TEXT, details={NUL_TEXT: NUL_TEXT})
+        operation_runs[0] = operation_runs[0].model_copy(
+            update={"error": error, "outputs_summary": {"text": NUL_TEXT}}
+        )
+        aborted = running.model_copy(
+            update={"status": RunStatus.ABORTED, "finished_at": T0 + timedelta(seconds=2)}
+        )
+        await stores.runs.save_run(aborted, operation_runs)
+        assert await stores.runs.get_run(aborted.run_id) == (aborted, operation_runs)
+        assert (await stores.runs.list_runs(chat_id)).items == (without_key, aborted)
+
+        base = {
+            "run_id": aborted.run_id,
+            "chat_id": chat_id,
+            "user_message_id": "m1",
+            "trigger": Trigger.GENERATE,
+        }
+        events: list[RunEvent] = [
+            MainLlmDelta(**base, seq=1, ts=T0, text=NUL_TEXT),
+            RunFinished(
+                **base,
+                seq=2,
+                ts=T0,
+                status=RunStatus.ABORTED,
+                failed_details=FailedDetails(error_message=NUL_TEXT),
+            ),
+        ]
+        await stores.runs.append_events(aborted.run_id, events)
+        assert await stores.runs.events(aborted.run_id) == events
+        with anyio.fail_after(30):
+            assert [e async for e in stores.runs.follow(aborted.run_id)] == events
 
     async def test_a_megabyte_artifact_round_trips(self, stores: Stores) -> None:
         """An artifact value of more than a megabyte (a long text, a long list) is stored,
