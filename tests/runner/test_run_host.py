@@ -18,7 +18,9 @@ from opsrun.kinds import builtin_kinds
 from opsrun.model import (
     ChatMessage,
     ChatRole,
+    FailedType,
     FinishReason,
+    MainLlmStatus,
     MessageVariant,
     OperationDefinition,
     OperationResult,
@@ -633,3 +635,45 @@ def test_the_runner_knows_a_history_is_turns_without_rescanning_it(
                 made += 1
                 history.append(_host_message(made, roles[letter]))
         assert seen.check(("c", "main"), history) == _already_turns(history)
+
+
+@pytest.mark.anyio
+async def test_a_reply_the_provider_ended_with_an_error_fails_the_run_and_keeps_its_text() -> None:
+    stores = InMemoryStores()
+    await use_profile(stores, op("after", A))
+    catalog = OperationCatalog()
+
+    @catalog.function("after", name="After")
+    async def after(ctx: OperationContext) -> OperationResult:
+        return OperationResult.done()
+
+    cut = MainLlmDone(text="The door op", finish_reason="error", raw_finish_reason="abort")
+    runner = make_runner(stores=stores, catalog=catalog, main_llm=ScriptedMainLlm([cut]))
+    result = await runner.run(generate())
+    assert result.status == RunStatus.FAILED
+    assert result.run.failed_type == FailedType.MAIN_LLM
+    main = result.run.main_llm
+    assert (main.status, main.finish_reason, main.provider_finish_reason) == (
+        MainLlmStatus.ERROR,
+        FinishReason.PROVIDER_ERROR,
+        "abort",
+    )
+    assert main.error is not None
+    assert main.error.code == "provider_error"
+    assert "(abort)" in main.error.message
+    assert main.text == "The door op"
+    assert result.operation("after").status == OperationStatus.SKIPPED
+    history = await stores.chats.history("c", "main")
+    assert [m.role for m in history] == [ChatRole.USER]  # no half answer in the chat
+
+
+@pytest.mark.anyio
+async def test_a_reply_the_provider_ended_with_an_error_before_any_text_is_retried() -> None:
+    stores = InMemoryStores()
+    await use_profile(stores)
+    failed = MainLlmDone(text="", finish_reason="error", raw_finish_reason="abort")
+    main_llm = ScriptedMainLlm([failed, "Hello"])
+    result = await make_runner(stores=stores, main_llm=main_llm).run(generate())
+    assert result.status == RunStatus.DONE
+    assert result.run.main_llm.text == "Hello"
+    assert len(main_llm.requests) == 2

@@ -339,6 +339,13 @@ async def _stream(
                 async for item in stream:
                     if isinstance(item, MainLlmDone):
                         result.done = item
+                        if item.finish_reason == "error":  # the provider gave up mid-reply
+                            raw = item.raw_finish_reason or "error"
+                            result.error = error_of(
+                                "provider_error",
+                                f"the provider ended the reply with an error ({raw})",
+                            )
+                            result.reason, result.transient = FinishReason.PROVIDER_ERROR, True
                         break
                     result.parts.append(item)
                     released = deltas.feed(item)
