@@ -12,6 +12,8 @@ from typing import Any
 
 import anyio
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from _support import generate, make_runner, op, use_profile
 from opsrun.errors import RunError, StoreError
@@ -376,3 +378,76 @@ async def test_an_outside_cancel_while_planning_records_every_operation() -> Non
     events = await stores.runs.events(run.run_id)
     finished = [e.operation_id for e in events if e.type == "operation.finished"]
     assert sorted(finished) == ["a", "b"]
+
+
+class CancelAtCall:
+    """Chat and session stores that cancel ``scope`` at their ``at``-th call, inside it."""
+
+    def __init__(self, stores: InMemoryStores, at: int) -> None:
+        self.at = at
+        self.calls = 0
+        self.scope: anyio.CancelScope | None = None
+        self.chats = self._counting(stores.chats)
+        self.sessions = self._counting(stores.sessions)
+
+    def _counting(self, inner: Any) -> Any:
+        outer = self
+
+        class Counting:
+            def __getattr__(self, name: str) -> Any:
+                method = getattr(inner, name)
+
+                async def call(*args: Any, **kwargs: Any) -> Any:
+                    outer.calls += 1
+                    if outer.calls == outer.at and outer.scope is not None:
+                        outer.scope.cancel()
+                        await anyio.lowlevel.checkpoint()  # lands here unless shielded
+                    return await method(*args, **kwargs)
+
+                return call
+
+        return Counting()
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+@given(at=st.integers(1, 16), n_ops=st.integers(1, 3))
+def test_a_run_cancelled_at_any_store_call_applies_each_operation_whole_or_not_at_all(
+    backend: str, at: int, n_ops: int
+) -> None:
+    async def scenario() -> None:
+        stores = InMemoryStores()
+        catalog = OperationCatalog()
+        for i in range(n_ops):
+
+            @catalog.function(f"w{i}", name=f"W{i}", write_tag=f"t{i}")
+            async def _write(ctx: OperationContext, i: int = i) -> OperationResult:
+                await anyio.lowlevel.checkpoint()
+                return OperationResult.done(
+                    artifact=ctx.write(i), turn=[UserVariant(content=f"v{i}")]
+                )
+
+        await use_profile(stores, *(op(f"w{i}", order=i) for i in range(n_ops)))
+        faulty = CancelAtCall(stores, at)
+        runner = make_runner(
+            stores=stores, catalog=catalog, chats=faulty.chats, sessions=faulty.sessions
+        )
+        with anyio.fail_after(10):
+            with anyio.CancelScope() as scope:
+                faulty.scope = scope
+                await runner.run(generate(user_message_id="m1"))
+            faulty.scope = None
+        artifacts = await stores.sessions.get_artifacts(KEY)
+        if not stores.runs.run_ids():  # cancelled before the run was claimed
+            assert artifacts == {}
+            return
+        (run_id,) = stores.runs.run_ids()
+        run, records = await stores.runs.get_run(run_id)
+        assert run.status in (RunStatus.DONE, RunStatus.ABORTED)
+        artifacts = await stores.sessions.get_artifacts(KEY)
+        variants = {v.content for m in await stores.chats.history("c", "main") for v in m.variants}
+        committed = {r.operation_id for r in records if r.committed}
+        for i in range(n_ops):
+            written = f"t{i}" in artifacts
+            assert written == (f"v{i}" in variants) == (f"w{i}" in committed)
+
+    anyio.run(scenario, backend=backend)
