@@ -363,12 +363,21 @@ class _BlockedOpen:
         await anyio.to_thread.run_sync(self.entered.wait, 30)
 
 
-async def test_concurrent_opens_start_one_set_of_pools(
+@pytest.fixture
+def blocked(
     dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+) -> tuple[PostgresStores, _BlockedOpen]:
+    """Stores whose pools start only once the test lets them (``opening.release``)."""
     stores = PostgresStores(dsn, schema=schema)
     opening = _BlockedOpen(stores)
     monkeypatch.setattr(stores._db, "_open", opening)
+    return stores, opening
+
+
+async def test_concurrent_opens_start_one_set_of_pools(
+    blocked: tuple[PostgresStores, _BlockedOpen],
+) -> None:
+    stores, opening = blocked
     with anyio.fail_after(30):
         async with anyio.create_task_group() as tg:
             tg.start_soon(stores.open)
@@ -383,11 +392,9 @@ async def test_concurrent_opens_start_one_set_of_pools(
 
 
 async def test_stores_closed_while_they_open_start_no_pools(
-    dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch
+    blocked: tuple[PostgresStores, _BlockedOpen],
 ) -> None:
-    stores = PostgresStores(dsn, schema=schema)
-    opening = _BlockedOpen(stores)
-    monkeypatch.setattr(stores._db, "_open", opening)
+    stores, opening = blocked
     errors: list[StoreError] = []
 
     async def open_in_vain() -> None:
@@ -408,11 +415,9 @@ async def test_stores_closed_while_they_open_start_no_pools(
 
 
 async def test_an_open_cancelled_while_the_pools_start_closes_them(
-    dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch
+    blocked: tuple[PostgresStores, _BlockedOpen],
 ) -> None:
-    stores = PostgresStores(dsn, schema=schema)
-    opening = _BlockedOpen(stores)
-    monkeypatch.setattr(stores._db, "_open", opening)
+    stores, opening = blocked
     with anyio.fail_after(30):
         async with anyio.create_task_group() as tg:
             tg.start_soon(stores.open)
