@@ -10,30 +10,19 @@ off; opsrun retries what is retryable (the main LLM call through ``MainLlmRetry`
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from contextlib import suppress
-from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 
 try:
-    from anthropic import AsyncAnthropic, AsyncStream, omit
+    from anthropic import AsyncAnthropic, omit
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         "opsrun.providers.anthropic needs the Anthropic SDK: pip install 'opsrun[anthropic]'"
     ) from exc
-from anthropic.types import (
-    Message,
-    RawContentBlockDeltaEvent,
-    RawMessageDeltaEvent,
-    RawMessageStartEvent,
-    RawMessageStopEvent,
-    RawMessageStreamEvent,
-    TextDelta,
-)
+from anthropic.types import Message
 
-from ..errors import ConfigError, ProviderUnavailable
-from ..model import Usage
+from ..errors import ConfigError
 from ..ports import (
     STRUCTURED_OUTPUT_LEVELS,
     LlmRequest,
@@ -43,7 +32,7 @@ from ..ports import (
     ProviderCapabilities,
     StructuredOutput,
 )
-from ._anthropic._errors import translate
+from ._anthropic._errors import not_a_message, translate
 from ._anthropic._messages import SystemPlacement
 from ._anthropic._request import (
     Call,
@@ -54,7 +43,8 @@ from ._anthropic._request import (
     reply_text,
     usage_of,
 )
-from ._owned import OwnsClient
+from ._anthropic._stream import MessageReader
+from ._owned import OwnsClient, shown_url
 
 __all__ = ["AnthropicProvider"]
 
@@ -162,31 +152,39 @@ class AnthropicProvider(OwnsClient):
                 connection failed.
             ResponseFormatRejected: the API refused the schema or output format.
             ProviderError: ``provider_auth`` (401/403), ``context_length_exceeded``,
-                ``content_filter``, ``bad_request`` (other 4xx) or ``provider_error``.
+                ``content_filter``, ``bad_request`` (other 4xx), ``provider_error`` (also
+                a 200 that is not a message) or ``provider_closed`` (after
+                :meth:`aclose`).
         """
+        self._check_open()
         call = llm_call(request, self._defaults)
         credential = request.credential
         client = self._client if not credential else self._client.with_options(api_key=credential)
         secrets = self._secrets(credential)
         try:
-            message: Message = await client.messages.create(
+            message: object = await client.messages.create(
                 **_arguments(call), timeout=request.timeout or self._timeout
             )
         except Exception as exc:
             raise translate(exc, secrets=secrets, format_requested=call.format_requested) from exc
+        if not isinstance(message, Message) or not isinstance(message.content, list):
+            body = message.to_dict() if isinstance(message, Message) else message
+            raise not_a_message(body, secrets=secrets)
         usage = message.usage
         stop = message.stop_reason
         return LlmResponse(
             text=reply_text(list(message.content), call.tool_name),
             finish_reason=finish_reason(stop),
             raw_finish_reason=stop,
-            usage=usage_of(
+            usage=None
+            if usage is None
+            else usage_of(
                 input_tokens=usage.input_tokens,
                 output_tokens=usage.output_tokens,
                 cache_creation=usage.cache_creation_input_tokens,
                 cache_read=usage.cache_read_input_tokens,
             ),
-            model=message.model,
+            model=message.model or None,
             request_id=getattr(message, "_request_id", None) or message.id,
         )
 
@@ -196,6 +194,10 @@ class AnthropicProvider(OwnsClient):
         """Stream the run's main generation: text deltas, then one ``MainLlmDone``.
 
         Closing the iterator early (an abort, a deadline) closes the HTTP stream.
+        Reading stops at ``message_stop``; events and deltas of types the adapter does
+        not know are skipped. A server that answers with a whole JSON body instead of
+        an event stream is read as well: a message gives its text and the finish, an
+        error body its error.
 
         Raises:
             ProviderTimeout: no answer, or no next chunk, within ``timeout``.
@@ -203,68 +205,41 @@ class AnthropicProvider(OwnsClient):
             ProviderUnavailable: overloaded, another server error, a failed connection,
                 or a stream that ended before ``message_stop``.
             ProviderError: ``provider_auth``, ``context_length_exceeded``,
-                ``content_filter``, ``bad_request`` (also for invalid ``params``) or
-                ``provider_error``.
+                ``content_filter``, ``bad_request`` (also for invalid ``params``),
+                ``provider_error`` or ``provider_closed``.
         """
         return self._stream(request)
 
     async def _stream(self, request: MainLlmRequest) -> AsyncGenerator[str | MainLlmDone, None]:
+        self._check_open()
         call = main_call(request, self._defaults)
         secrets = self._secrets(None)
+        streaming = self._client.messages.with_streaming_response.create(
+            **_arguments(call), stream=True, timeout=self._timeout
+        )
         try:
-            events: AsyncStream[RawMessageStreamEvent] = await self._client.messages.create(
-                **_arguments(call), stream=True, timeout=self._timeout
-            )
+            response = await streaming.__aenter__()
         except Exception as exc:
             raise translate(exc, secrets=secrets) from exc
-        state = _StreamState()
+        reader = MessageReader(response.http_response, secrets)
         try:
-            while True:
-                try:
-                    event = await anext(events)
-                except StopAsyncIteration:
-                    break
-                except Exception as exc:
-                    raise translate(exc, secrets=secrets) from exc
-                text = state.feed(event)
-                if text:
-                    yield text
+            while (piece := await reader.next_piece()) is not None:
+                yield piece
         finally:
+            await reader.close()
             with anyio.CancelScope(shield=True):
-                await _close(events)
-        if not state.stopped:
-            raise ProviderUnavailable("the Anthropic stream ended before message_stop")
-        yield MainLlmDone(
-            text="".join(state.parts),
-            finish_reason=finish_reason(state.stop_reason),
-            raw_finish_reason=state.stop_reason,
-            usage=state.usage(),
-        )
+                await streaming.__aexit__(None, None, None)
+        yield reader.done()
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def __repr__(self) -> str:
-        return f"AnthropicProvider(model={self.model!r}, base_url={str(self._client.base_url)!r})"
+        base_url = shown_url(str(self._client.base_url))
+        return f"AnthropicProvider(model={self.model!r}, base_url={base_url!r})"
 
     def _secrets(self, credential: str | None) -> tuple[str, ...]:
         """Keys that must not appear in an error message."""
         return tuple(s for s in (credential, self._client.api_key, self._client.auth_token) if s)
-
-
-async def _close(events: AsyncStream[RawMessageStreamEvent]) -> None:
-    """Close the HTTP response, then run the SDK's event iterator to its end.
-
-    Closing the response alone leaves the SDK's async generators suspended; trio warns
-    when such a generator is garbage collected. Once the response is closed, reading on
-    ends at once (with what was already buffered, then an error), which finishes them.
-    """
-    try:
-        await events.close()
-    except Exception:  # a broken response: nothing left to finish
-        return
-    with suppress(Exception):
-        async for _ in events:
-            pass
 
 
 def _arguments(call: Call) -> dict[str, Any]:
@@ -281,50 +256,3 @@ def _arguments(call: Call) -> dict[str, Any]:
         "output_config": call.output_config if call.output_config is not None else omit,
         "extra_body": call.extra_body or None,
     }
-
-
-@dataclass(slots=True)
-class _StreamState:
-    """What the event stream said so far."""
-
-    parts: list[str] = field(default_factory=list)
-    stop_reason: str | None = None
-    stopped: bool = False
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    cache_creation: int | None = None
-    cache_read: int | None = None
-
-    def feed(self, event: RawMessageStreamEvent) -> str | None:
-        """Take one event in; the text it adds, if any."""
-        if isinstance(event, RawContentBlockDeltaEvent):
-            if isinstance(event.delta, TextDelta):
-                self.parts.append(event.delta.text)
-                return event.delta.text
-        elif isinstance(event, RawMessageStartEvent):
-            usage = event.message.usage
-            self.input_tokens, self.output_tokens = usage.input_tokens, usage.output_tokens
-            self.cache_creation = usage.cache_creation_input_tokens
-            self.cache_read = usage.cache_read_input_tokens
-        elif isinstance(event, RawMessageDeltaEvent):
-            self.stop_reason = event.delta.stop_reason or self.stop_reason
-            delta = event.usage
-            self.output_tokens = delta.output_tokens
-            self.input_tokens = _latest(delta.input_tokens, self.input_tokens)
-            self.cache_creation = _latest(delta.cache_creation_input_tokens, self.cache_creation)
-            self.cache_read = _latest(delta.cache_read_input_tokens, self.cache_read)
-        elif isinstance(event, RawMessageStopEvent):
-            self.stopped = True
-        return None
-
-    def usage(self) -> Usage | None:
-        return usage_of(
-            input_tokens=self.input_tokens,
-            output_tokens=self.output_tokens,
-            cache_creation=self.cache_creation,
-            cache_read=self.cache_read,
-        )
-
-
-def _latest(value: int | None, before: int | None) -> int | None:
-    return before if value is None else value

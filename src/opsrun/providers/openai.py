@@ -19,6 +19,7 @@ Example::
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
@@ -53,7 +54,7 @@ from ._openai._request import (
     settings_from,
 )
 from ._openai._stream import ChunkReader
-from ._owned import OwnsClient
+from ._owned import OwnsClient, shown_url
 
 __all__ = ["OpenAIProvider"]
 
@@ -169,7 +170,7 @@ class OpenAIProvider(OwnsClient):
         return self._client
 
     def __repr__(self) -> str:
-        return f"OpenAIProvider(model={self.model!r}, base_url={self.base_url!r})"
+        return f"OpenAIProvider(model={self.model!r}, base_url={shown_url(self.base_url)!r})"
 
     # -- kind="llm" ------------------------------------------------------------------------
 
@@ -186,8 +187,11 @@ class OpenAIProvider(OwnsClient):
             ResponseFormatRejected: the provider refused the ``response_format`` sent.
             ProviderUnavailable: a server error, an overload or a failed connection.
             ProviderError: ``provider_auth`` (401, 403), ``context_length_exceeded``,
-                ``content_filter``, ``bad_request`` (other 4xx), ``provider_error``.
+                ``content_filter``, ``bad_request`` (other 4xx), ``provider_error`` (also
+                a 200 that is not a completion), ``provider_closed`` (after
+                :meth:`aclose`).
         """
+        self._check_open()
         settings = {**self._defaults, **request_settings(request)}
         response_format = response_format_param(request.response_format)
         kwargs = create_kwargs(settings, openai_endpoint=self._openai_endpoint)
@@ -210,7 +214,11 @@ class OpenAIProvider(OwnsClient):
             )
         except openai.OpenAIError as exc:
             raise self._translate(exc, request.credential, response_format is not None) from exc
-        return llm_response(completion)
+        except json.JSONDecodeError as exc:  # the SDK parses a JSON content type itself
+            raise ProviderError(
+                "the provider answered HTTP 200 with a body that is not JSON"
+            ) from exc
+        return llm_response(completion, secrets=self._secrets(request.credential))
 
     # -- the main LLM ----------------------------------------------------------------------
 
@@ -226,10 +234,15 @@ class OpenAIProvider(OwnsClient):
                 setting (before any request), and every error :meth:`complete` raises.
             ProviderUnavailable: also when the stream ends before the provider sent a
                 finish reason (a cut connection); the text so far was already yielded.
+
+        A server that answers with a whole JSON body instead of an event stream is
+        read as well: a completion gives its text and the finish, an error object
+        its error.
         """
         return self._stream(request)
 
     async def _stream(self, request: MainLlmRequest) -> AsyncGenerator[str | MainLlmDone, None]:
+        self._check_open()
         settings = self._main_settings(request.params)
         kwargs = create_kwargs(settings, openai_endpoint=self._openai_endpoint)
         if self._stream_usage:

@@ -15,14 +15,18 @@ import json
 import select
 import socket
 import threading
+import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from ._fake_http import FakeHandler, LocalFake, drop
 
 __all__ = ["FakeAnthropicServer"]
+
+HOLD_LIMIT = 30.0
+"""Seconds a body held open after ``message_stop`` waits for the client to hang up."""
 
 _ERROR_TYPES: dict[int, str] = {
     400: "invalid_request_error",
@@ -98,10 +102,13 @@ class FakeAnthropicServer(LocalFake[RecordedRequest]):
     object as its input, so one script serves text and tool-based JSON output alike.
 
     A :class:`Reply` can also wait before answering (``delay``), stream slowly
-    (``chunk_delay``), drop the connection mid-stream (``cut_after``) or end the stream
-    with an ``error`` event (``stream_error``). Every request is kept in ``requests``
-    (method, path, lower-cased headers, parsed body); :meth:`wait_closed_early` tells
-    whether a client closed a stream before its end.
+    (``chunk_delay``), drop the connection mid-stream (``cut_after``), end the stream
+    with an ``error`` event (``stream_error``), leave usage out (``send_usage``), add
+    events of its own (``extra_events``), drop or hold the connection after
+    ``message_stop`` (``after_stop``), or answer a streamed call with JSON
+    (``as_json``). ``ensure_ascii=False`` sends JSON as raw UTF-8. Every request is
+    kept in ``requests`` (method, path, lower-cased headers, parsed body);
+    :meth:`wait_closed_early` tells whether a client closed a stream before its end.
 
     Example::
 
@@ -149,6 +156,19 @@ class FakeAnthropicServer(LocalFake[RecordedRequest]):
         stream_error: FakeAnthropicServer.Error | None = None
         """Streaming: send this as an ``error`` event after ``cut_after`` deltas (or all)
         and end the stream there."""
+        send_usage: bool = True
+        """False: the reply carries no ``usage`` at all (not in the message, nor in
+        ``message_start`` or ``message_delta``), as some gateways answer."""
+        extra_events: Sequence[tuple[str, Mapping[str, Any]]] = ()
+        """Streaming: more ``(event name, data)`` events, sent after the content block
+        and before ``message_delta`` (an event type the adapter does not know…)."""
+        after_stop: Literal["end", "drop", "hold"] = "end"
+        """Streaming, after ``message_stop``: ``end`` the body; ``drop`` the connection
+        without ending the body; or ``hold`` the body open, sending nothing, until the
+        client closes the connection (:data:`HOLD_LIMIT` seconds at most)."""
+        as_json: bool = False
+        """Answer a streamed request with the whole JSON message, as a server that does
+        not stream does."""
         headers: Mapping[str, str] = field(default_factory=dict)
         """Extra response headers."""
 
@@ -171,6 +191,11 @@ class FakeAnthropicServer(LocalFake[RecordedRequest]):
         """Extra response headers (``retry-after``…)."""
         error_code: str | None = None
         """``error.details.error_code`` of the body, when given."""
+        raw_body: str | None = None
+        """A body sent as it is, instead of the JSON error (an HTML page from a proxy,
+        say; give its ``content-type`` in ``headers``). A status of 200 with the JSON
+        error makes a body with an error that is not an HTTP error, as some gateways
+        send."""
 
         def body(self, request_id: str) -> dict[str, Any]:
             """The error body the API sends."""
@@ -188,6 +213,7 @@ class FakeAnthropicServer(LocalFake[RecordedRequest]):
         *,
         default: str | Reply | None = "OK",
         api_key: str | None = None,
+        ensure_ascii: bool = True,
     ) -> None:
         super().__init__()
         self.replies: deque[str | FakeAnthropicServer.Reply | FakeAnthropicServer.Error] = deque(
@@ -195,6 +221,8 @@ class FakeAnthropicServer(LocalFake[RecordedRequest]):
         )
         self.default = default
         self.api_key = api_key
+        self.ensure_ascii = ensure_ascii
+        """False: JSON is sent as raw UTF-8 (U+2028 and all) rather than escaped."""
         self._count = 0
 
     @property
@@ -304,7 +332,7 @@ def _message(
         out = value
         block = {"type": "text", "text": value}
         stop = reply.stop_reason or "end_turn"
-    return {
+    message = {
         "id": f"msg_fake_{number}",
         "type": "message",
         "role": "assistant",
@@ -314,6 +342,9 @@ def _message(
         "stop_sequence": reply.stop_sequence,
         "usage": _usage(reply, body, out),
     }
+    if not reply.send_usage:
+        del message["usage"]
+    return message
 
 
 def _events(
@@ -322,9 +353,10 @@ def _events(
     """The event stream of a reply; None marks where the connection is dropped."""
     message = _message(reply, body, number)
     block = message["content"][0]
-    usage = message["usage"]
+    usage = message.get("usage")
     start = {**message, "content": [], "stop_reason": None, "stop_sequence": None}
-    start["usage"] = {**usage, "output_tokens": 1}
+    if usage is not None:
+        start["usage"] = {**usage, "output_tokens": 1}
     yield "message_start", {"type": "message_start", "message": start}
     if block["type"] == "tool_use":
         text = json.dumps(block["input"])
@@ -348,9 +380,13 @@ def _events(
             yield None
         return
     yield "content_block_stop", {"type": "content_block_stop", "index": 0}
+    for name, data in reply.extra_events:
+        yield name, dict(data)
     delta = {"stop_reason": message["stop_reason"], "stop_sequence": reply.stop_sequence}
-    final_usage = {"output_tokens": usage["output_tokens"]}
-    yield "message_delta", {"type": "message_delta", "delta": delta, "usage": final_usage}
+    message_delta: dict[str, Any] = {"type": "message_delta", "delta": delta}
+    if usage is not None:
+        message_delta["usage"] = {"output_tokens": usage["output_tokens"]}
+    yield "message_delta", message_delta
     yield "message_stop", {"type": "message_stop"}
 
 
@@ -383,7 +419,7 @@ class _Handler(FakeHandler):
             self._send_error(FakeAnthropicServer.Error(400, "the body is not JSON"), number)
         elif not self.fake._sleep(item.delay):
             self.close_connection = True
-        elif recorded.stream:
+        elif recorded.stream and not item.as_json:
             self._send_stream(item, body, number, recorded)
         else:
             self._send_json(200, _message(item, body, number), number, item.headers)
@@ -399,9 +435,13 @@ class _Handler(FakeHandler):
     def _send_json(
         self, status: int, payload: Any, number: int, headers: Mapping[str, str]
     ) -> None:
-        data = json.dumps(payload).encode("utf-8")
+        if isinstance(payload, str):
+            data = payload.encode("utf-8")
+        else:
+            data = json.dumps(payload, ensure_ascii=self.fake.ensure_ascii).encode("utf-8")
         self.send_response(status)
-        self.send_header("content-type", "application/json")
+        if not any(name.lower() == "content-type" for name in headers):
+            self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(data)))
         self.send_header("request-id", f"req_fake_{number}")
         for name, value in headers.items():
@@ -410,7 +450,8 @@ class _Handler(FakeHandler):
         self.wfile.write(data)
 
     def _send_error(self, error: FakeAnthropicServer.Error, number: int) -> None:
-        self._send_json(error.status, error.body(f"req_fake_{number}"), number, error.headers)
+        payload = error.raw_body if error.raw_body is not None else error.body(f"req_fake_{number}")
+        self._send_json(error.status, payload, number, error.headers)
 
     def _send_stream(
         self,
@@ -441,8 +482,26 @@ class _Handler(FakeHandler):
                 self.close_connection = True
                 return
             name, data = event
-            payload = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
-            if not self._chunk(payload):
+            text = json.dumps(data, ensure_ascii=self.fake.ensure_ascii)
+            if not self._chunk(f"event: {name}\ndata: {text}\n\n".encode()):
+                recorded.closed_early.set()
+                return
+        stopped = reply.cut_after is None and reply.stream_error is None
+        if stopped and reply.after_stop == "drop":
+            self.wfile.flush()
+            drop(self.connection)
+            self.close_connection = True
+        elif stopped and reply.after_stop == "hold":
+            self._hold(recorded)
+        else:
+            self._chunk(b"")
+
+    def _hold(self, recorded: RecordedRequest) -> None:
+        """Keep the body open, sending nothing, until the client closes the connection."""
+        self.close_connection = True
+        deadline = time.monotonic() + HOLD_LIMIT
+        while time.monotonic() < deadline and self.fake._sleep(0.01):
+            if _peer_closed(self.connection):
                 recorded.closed_early.set()
                 return
         self._chunk(b"")

@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import KW_ONLY, dataclass, field
-from typing import Any, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from ._fake_http import FakeHandler, LocalFake, drop
 
@@ -53,7 +53,9 @@ class FakeOpenAIServer(LocalFake["FakeOpenAIServer.Request"]):
 
     Usage defaults to an estimate (characters / 4, rounded up, of each message and of
     the reply, as ``ScriptedProvider`` counts); a stream reports it in a last chunk
-    only when the request set ``stream_options.include_usage``, as OpenAI does.
+    only when the request set ``stream_options.include_usage``, as OpenAI does. With
+    ``ensure_ascii=False`` JSON goes out as raw UTF-8 (U+2028 and all), as vLLM,
+    llama.cpp and many other servers send it.
 
     Example::
 
@@ -106,6 +108,12 @@ class FakeOpenAIServer(LocalFake["FakeOpenAIServer.Request"]):
         stream_error: FakeOpenAIServer.Error | None = None
         """Send this error as a ``data:`` event after the text chunks, in place of the
         finish, and end the stream there."""
+        after_finish: Literal["end", "drop"] = "end"
+        """``drop``: right after the chunk with the finish reason, drop the connection
+        (no usage chunk, no ``[DONE]``, no end of the body), as a proxy closing early."""
+        as_json: bool = False
+        """Answer a streamed request with the whole JSON completion, as a server that
+        does not stream does."""
         headers: Mapping[str, str] = field(default_factory=dict)
         """Extra response headers."""
 
@@ -116,7 +124,9 @@ class FakeOpenAIServer(LocalFake["FakeOpenAIServer.Request"]):
 
         ``type`` defaults from the status (``rate_limit_exceeded`` for 429,
         ``server_error`` for 5xx, else ``invalid_request_error``). ``raw_body`` replaces
-        the JSON body (an HTML page from a proxy, say).
+        the JSON body (an HTML page from a proxy, say; give its ``Content-Type`` in
+        ``headers``). A status of 200 makes a body with an error that is not an HTTP error,
+        as some gateways send.
         """
 
         status: int
@@ -176,11 +186,15 @@ class FakeOpenAIServer(LocalFake["FakeOpenAIServer.Request"]):
         *,
         default: str | Reply | Error | Responder | None = "OK",
         api_key: str | None = None,
+        ensure_ascii: bool = True,
     ) -> None:
         super().__init__()
         self.replies: deque[str | FakeOpenAIServer.Reply | FakeOpenAIServer.Error] = deque(replies)
         self.default = default
         self.api_key = api_key
+        self.ensure_ascii = ensure_ascii
+        """False: JSON is sent as raw UTF-8 (``é``, U+2028…), as many compatible servers
+        send it, rather than with ``\\u`` escapes."""
 
     @property
     def base_url(self) -> str:
@@ -286,14 +300,18 @@ class _Handler(FakeHandler):
         elif not isinstance(body, dict):
             self._send_error(FakeOpenAIServer.Error(400, "the body is not a JSON object"), number)
         elif fake._sleep(reply.delay):
-            if recorded.stream:
+            if recorded.stream and not reply.as_json:
                 _Stream(self, recorded, reply, number).send()
             else:
                 self._send_completion(recorded, reply, number)
 
+    def _json(self, payload: Any) -> bytes:
+        return json.dumps(payload, ensure_ascii=self.fake.ensure_ascii).encode()
+
     def _send_bytes(self, status: int, headers: Mapping[str, str], payload: bytes) -> None:
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        if not any(name.lower() == "content-type" for name in headers):
+            self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))
         for name, value in headers.items():
             self.send_header(name, value)
@@ -308,7 +326,7 @@ class _Handler(FakeHandler):
         if error.raw_body is not None:
             payload = error.raw_body.encode()
         else:
-            payload = json.dumps({"error": error.error()}).encode()
+            payload = self._json({"error": error.error()})
         self._send_bytes(
             error.status, {"x-request-id": f"req_fake_{number}", **error.headers}, payload
         )
@@ -338,7 +356,7 @@ class _Handler(FakeHandler):
         if reply.send_usage:
             payload["usage"] = self.fake._usage(recorded, reply)
         headers = {"x-request-id": f"req_fake_{number}", **reply.headers}
-        self._send_bytes(200, headers, json.dumps(payload).encode())
+        self._send_bytes(200, headers, self._json(payload))
 
 
 def _envelope(
@@ -382,7 +400,7 @@ class _Stream:
         return True
 
     def _event(self, payload: Mapping[str, Any]) -> bool:
-        return self._write(b"data: " + json.dumps(payload).encode() + b"\n\n")
+        return self._write(b"data: " + self.handler._json(payload) + b"\n\n")
 
     def _chunk(self, delta: Mapping[str, Any], finish_reason: str | None = None) -> bool:
         choice = {
@@ -439,6 +457,10 @@ class _Stream:
                 self._write(b"")
             return
         if not self._chunk({}, reply.finish_reason):
+            return
+        if reply.after_finish == "drop":
+            self.handler.close_connection = True
+            drop(self.handler.connection)
             return
         options = self.recorded.body.get("stream_options")
         if reply.send_usage and isinstance(options, dict) and options.get("include_usage"):

@@ -14,9 +14,15 @@ cut off
 400 "content filtering"                         ``ProviderError`` ``content_filter``
 400 about the schema, a tool or                 ``ResponseFormatRejected`` (only when
 ``output_config``                               the request asked for a format)
-any other 4xx                                   ``ProviderError`` ``bad_request``
+any other 4xx (for an error sent with HTTP      ``ProviderError`` ``bad_request``
+200, its type: ``invalid_request_error``,
+``not_found_error``…)
 anything else                                   ``ProviderError`` ``provider_error``
 ==============================================  =========================================
+
+Error events in a stream and error bodies sent with HTTP 200 map the same way
+(:func:`body_error`); a 200 whose body is not a message is a ``provider_error``
+(:func:`not_a_message`).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import email.utils
 import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -40,7 +47,7 @@ from ...errors import (
     bound_text,
 )
 
-__all__ = ["mask", "parse_retry_after", "translate"]
+__all__ = ["body_error", "mask", "not_a_message", "parse_retry_after", "translate"]
 
 _CONTEXT_LENGTH = re.compile(
     r"prompt is too long|context (?:window|length)|too many (?:input )?tokens", re.IGNORECASE
@@ -51,6 +58,10 @@ _FORMAT = re.compile(
 )
 _MIN_SECRET = 4
 """Shorter literals cannot be masked without masking ordinary text."""
+_REQUEST_ERRORS = frozenset(
+    {"invalid_request_error", "not_found_error", "billing_error", "request_too_large"}
+)
+"""Error types of a 4xx, for an error that came with HTTP 200 (in a stream, or a body)."""
 _SPEND_LIMITS = frozenset({"contract_spend_limit_reached", "enforced_spend_limit_reached"})
 """429 error codes that waiting does not cure."""
 
@@ -135,31 +146,110 @@ def _http_failure(exc: Exception) -> str | None:
     return None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Said:
+    """What an error response (or an error event) said."""
+
+    status: int
+    error_type: str | None
+    api_message: str
+    error_code: str | None
+    request_id: str | None
+    headers: Mapping[str, str]
+    where: str
+    """``HTTP 429``, ``in the stream``…"""
+
+
 def _from_status(
     exc: anthropic.APIStatusError, secrets: Sequence[str], format_requested: bool
 ) -> ProviderError:
     status = exc.status_code
-    error_type = str(exc.type) if exc.type is not None else None
-    api_message = exc.api_message or exc.message
-    where = f"HTTP {status}" if status != 200 else "in the stream"
+    said = _Said(
+        status=status,
+        error_type=str(exc.type) if exc.type is not None else None,
+        api_message=exc.api_message or exc.message,
+        error_code=exc.error_code,
+        request_id=exc.request_id,
+        headers=exc.response.headers,
+        where=f"HTTP {status}" if status != 200 else "in the stream",
+    )
+    return _from_said(said, secrets, format_requested)
+
+
+def body_error(
+    body: object,
+    *,
+    headers: Mapping[str, str],
+    secrets: Sequence[str] = (),
+    where: str = "in the stream",
+) -> ProviderError:
+    """The opsrun error of an error body (``{"type": "error", "error": {...}}``) that
+    came with HTTP 200: an ``error`` event in a stream, or a whole JSON body."""
+    error = body.get("error") if isinstance(body, Mapping) else None
+    if isinstance(error, str):
+        error = {"message": error}
+    error = error if isinstance(error, Mapping) else {}
+    details = error.get("details")
+    code = details.get("error_code") if isinstance(details, Mapping) else None
+    said = _Said(
+        status=200,
+        error_type=_text(error.get("type")),
+        api_message=_text(error.get("message")) or "the API sent an error without a message",
+        error_code=_text(code),
+        request_id=headers.get("request-id"),
+        headers=headers,
+        where=where,
+    )
+    return _from_said(said, secrets, False)
+
+
+def not_a_message(
+    body: object, *, secrets: Sequence[str] = (), content_type: str | None = None
+) -> ProviderError:
+    """The error of a 200 whose body is not a message: for an error body the error
+    :func:`body_error` gives it (as in a stream), else ``provider_error`` (an HTML page,
+    other JSON…).
+
+    ``body`` is the parsed JSON, or the text of a body that is not JSON.
+    """
+    if isinstance(body, Mapping) and body.get("error") is not None:
+        return body_error(body, headers={}, secrets=secrets, where="in an HTTP 200 body")
+    details: dict[str, Any] = {"status": 200}
+    if content_type:
+        details["contentType"] = content_type
+    if isinstance(body, str):
+        text = f"the Anthropic API answered HTTP 200 with text, not a message: {body[:80]!r}"
+    else:
+        shown = type(body).__name__
+        text = f"the Anthropic API answered HTTP 200 with JSON that is not a message ({shown})"
+    return ProviderError(bound_text(mask(text, secrets)), details=details)
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _from_said(said: _Said, secrets: Sequence[str], format_requested: bool) -> ProviderError:
+    status, error_type, api_message = said.status, said.error_type, said.api_message
     message = bound_text(
-        mask(f"Anthropic API error {where} ({error_type or 'unknown'}): {api_message}", secrets)
+        mask(
+            f"Anthropic API error {said.where} ({error_type or 'unknown'}): {api_message}",
+            secrets,
+        )
     )
     details: dict[str, Any] = {
         key: value
         for key, value in (
             ("status", status),
             ("type", error_type),
-            ("errorCode", exc.error_code),
-            ("requestId", exc.request_id),
+            ("errorCode", said.error_code),
+            ("requestId", said.request_id),
         )
         if value is not None
     }
     if status == 429 or error_type == "rate_limit_error":
-        limited = RateLimited(
-            message, retry_after=parse_retry_after(exc.response.headers), details=details
-        )
-        if exc.error_code in _SPEND_LIMITS:
+        limited = RateLimited(message, retry_after=parse_retry_after(said.headers), details=details)
+        if said.error_code in _SPEND_LIMITS:
             limited.retryable = False
         return limited
     if status == 529 or error_type == "overloaded_error":
@@ -176,6 +266,6 @@ def _from_status(
         return ProviderError(message, code="content_filter", details=details)
     if format_requested and status == 400 and _FORMAT.search(api_message):
         return ResponseFormatRejected(message, details=details)
-    if 400 <= status < 500:
+    if 400 <= status < 500 or error_type in _REQUEST_ERRORS:
         return ProviderError(message, code="bad_request", details=details)
     return ProviderError(message, details=details)

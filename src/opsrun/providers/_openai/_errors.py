@@ -21,7 +21,7 @@ from ...errors import (
     bound_text,
 )
 
-__all__ = ["event_error", "retry_after_seconds", "translate"]
+__all__ = ["event_error", "not_a_completion", "retry_after_seconds", "translate"]
 
 _CONTEXT = re.compile(
     r"context[ _-]?(?:length|window|size)|maximum context|too many tokens|prompt is too long"
@@ -162,17 +162,25 @@ def _status_error(exc: openai.APIStatusError, *, format_sent: bool, mask: _Maske
     return ProviderError(message, code="bad_request", details=details)
 
 
-def event_error(error: object, *, secrets: Iterable[str | None] = ()) -> ProviderError:
+def event_error(
+    error: object, *, secrets: Iterable[str | None] = (), status: int | None = None
+) -> ProviderError:
     """The provider error of an error event in a stream (``{"error": {...}}``, no HTTP
-    status): ``rate_limited``, ``context_length_exceeded``, ``content_filter``,
-    ``bad_request`` (``invalid_request_error``), else ``provider_unavailable``."""
-    said = _field(error, "message") or "an error occurred during streaming"
-    return _event_error(error, said, _Masker(secrets))
+    status), or of an error object in a 200 body (``status``) to a streamed request:
+    ``rate_limited``, ``context_length_exceeded``, ``content_filter``, ``bad_request``
+    (``invalid_request_error``), else ``provider_unavailable``."""
+    said = _field(error, "message") or (error if isinstance(error, str) else None)
+    return _event_error(
+        error, said or "an error occurred during streaming", _Masker(secrets), status
+    )
 
 
-def _event_error(error: object, said: str, mask: _Masker) -> ProviderError:
-    message = mask(f"the provider sent an error in the stream: {said}")
-    details = _details(error, None, None)
+def _event_error(
+    error: object, said: str, mask: _Masker, status: int | None = None
+) -> ProviderError:
+    where = "in the stream" if status is None else f"with HTTP {status}"
+    message = mask(f"the provider sent an error {where}: {said}")
+    details = _details(error, status, None)
     code, kind = _field(error, "code"), _field(error, "type")
     if any(v is not None and "rate_limit" in v for v in (code, kind)):
         return RateLimited(message, details=details)
@@ -183,3 +191,31 @@ def _event_error(error: object, said: str, mask: _Masker) -> ProviderError:
     if kind == "invalid_request_error":
         return ProviderError(message, code="bad_request", details=details)
     return ProviderUnavailable(message, details=details)
+
+
+def not_a_completion(
+    body: object, *, secrets: Iterable[str | None] = (), content_type: str | None = None
+) -> ProviderError:
+    """The error of a 200 whose body is not a chat completion: for an error object the
+    error :func:`event_error` gives it (as in a stream), else ``provider_error`` (an
+    HTML page, other JSON…).
+
+    ``body`` is the parsed JSON, or the text of a body that is not JSON.
+    """
+    mask = _Masker(secrets)
+    error = body.get("error") if isinstance(body, Mapping) else None
+    if error is not None:
+        return event_error(error, secrets=secrets, status=200)
+    details: dict[str, Any] = {"status": 200}
+    if content_type:
+        details["contentType"] = content_type
+    if isinstance(body, str):
+        shown = f"text {body[:80]!r}"
+    elif isinstance(body, Mapping):
+        shown = "a JSON object without choices"
+    else:
+        shown = f"JSON {type(body).__name__}"
+    return ProviderError(
+        mask(f"the provider answered HTTP 200 with something that is not a completion: {shown}"),
+        details=details,
+    )

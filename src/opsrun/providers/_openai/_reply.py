@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from openai.types.chat import ChatCompletion
 
-from ...errors import ProviderError
 from ...model import Usage
 from ...ports import LlmResponse, ProviderFinishReason
+from ._errors import not_a_completion
 
 __all__ = ["REFUSAL", "finish_reason", "llm_response", "usage_of"]
 
@@ -62,18 +62,23 @@ def usage_of(usage: object) -> Usage | None:
     )
 
 
-def llm_response(completion: ChatCompletion) -> LlmResponse:
-    """The port's response for a non-streamed completion.
+def llm_response(completion: object, *, secrets: Iterable[str | None] = ()) -> LlmResponse:
+    """The port's response for what a non-streamed call returned.
 
     Raises:
-        ProviderError: the completion has no choice (code ``provider_error``).
+        ProviderError: it is not a completion with a choice, such as an error object
+            or an HTML page answered with HTTP 200 (code ``provider_error``; the body's
+            ``error.message`` is quoted, with ``secrets`` masked).
     """
-    if not completion.choices:
-        raise ProviderError("the provider's reply has no choices")
+    if not isinstance(completion, ChatCompletion) or not completion.choices:
+        body = completion.to_dict() if isinstance(completion, ChatCompletion) else completion
+        raise not_a_completion(body, secrets=secrets)
     choice = completion.choices[0]
-    message = choice.message
-    text = message.content or ""
-    raw: str | None = choice.finish_reason
+    message = getattr(choice, "message", None)
+    content = getattr(message, "content", None)
+    text = content if isinstance(content, str) else ""
+    raw = getattr(choice, "finish_reason", None)
+    raw = raw if isinstance(raw, str) else None
     reason = finish_reason(raw)
     refusal = getattr(message, "refusal", None)
     if refusal:

@@ -1,45 +1,26 @@
-"""Reading a Chat Completions event stream off the HTTP response.
+"""Reading a streamed Chat Completions reply off the HTTP response.
 
-The adapter reads the server-sent events itself rather than through the SDK's stream
-object: that one stops at ``data: [DONE]`` and leaves its async generators (and
-httpx's under them) suspended for the garbage collector, which trio reports as a
-``ResourceWarning``. Here every generator of the response body is run to its end:
-after ``[DONE]`` the rest of the body is read (briefly), and on an early stop the
-response is closed first, so the remaining reads fail at once and finish them.
+An event stream is read event by event (see :mod:`.._sse`) up to ``data: [DONE]``; a
+connection lost once the finish reason arrived loses nothing. A server that does not
+stream answers with a whole JSON body instead: a completion is read as a stream of one
+chunk, an error object raises its error.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterable
-from contextlib import suppress
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
-
-import anyio
+from typing import Any
 
 from ...errors import ProviderError, ProviderTimeout, ProviderUnavailable
 from ...model import Usage
 from ...ports import MainLlmDone
-from ._errors import event_error
+from .._sse import Body, Event, EventReader, is_event_stream, json_of, looks_like_events
+from ._errors import event_error, not_a_completion
 from ._reply import REFUSAL, finish_reason, usage_of
 
 __all__ = ["ChunkReader", "StreamedReply", "transport_error"]
-
-DRAIN_SECONDS = 0.1
-"""How long the rest of a finished body may take to read (so the connection is reused)."""
-
-
-class Body(Protocol):
-    """The part of an ``httpx`` response the reader uses."""
-
-    def aiter_lines(self) -> AsyncIterator[str]:
-        """The body's lines."""
-        ...
-
-    async def aclose(self) -> None:
-        """Close the response."""
-        ...
 
 
 def transport_error(exc: Exception) -> ProviderError:
@@ -53,47 +34,19 @@ def transport_error(exc: Exception) -> ProviderError:
 
 
 @dataclass(slots=True)
-class _Events:
-    """Server-sent events from lines: ``data:`` fields joined until a blank line."""
-
-    data: list[str] = field(default_factory=list)
-    name: str | None = None
-
-    def feed(self, line: str) -> tuple[str | None, str] | None:
-        """Take one line; the ``(event, data)`` it completes, if any."""
-        if not line:
-            return self.flush()
-        if line.startswith(":"):
-            return None  # a comment (keep-alive)
-        key, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        if key == "data":
-            self.data.append(value)
-        elif key == "event":
-            self.name = value
-        return None
-
-    def flush(self) -> tuple[str | None, str] | None:
-        """The event in progress, if any (at a blank line or the end of the body)."""
-        if not self.data:
-            self.name = None
-            return None
-        event = (self.name, "\n".join(self.data))
-        self.data, self.name = [], None
-        return event
-
-
-@dataclass(slots=True)
 class StreamedReply:
     """Collects a streamed completion, chunk by chunk."""
 
     parts: list[str] = field(default_factory=list)
     raw_finish: str | None = None
+    finished: bool = False
+    """The reply is whole: a finish reason arrived (or a whole completion was read)."""
     refused: bool = False
     usage: Usage | None = None
 
     def add(self, chunk: dict[str, Any]) -> str:
-        """Take one chunk in; return the text it adds (may be empty)."""
+        """Take one chunk (or a whole completion: its ``message`` is read as a
+        ``delta``) in; return the text it adds (may be empty)."""
         if chunk.get("usage") is not None:
             self.usage = usage_of(chunk["usage"])
         piece = ""
@@ -101,7 +54,7 @@ class StreamedReply:
         for choice in choices if isinstance(choices, list) else ():
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
-            delta = choice.get("delta")
+            delta = choice.get("delta", choice.get("message"))
             delta = delta if isinstance(delta, dict) else {}
             content, refusal = delta.get("content"), delta.get("refusal")
             if isinstance(content, str):
@@ -110,7 +63,7 @@ class StreamedReply:
                 self.refused = True
                 piece += refusal
             if isinstance(choice.get("finish_reason"), str):
-                self.raw_finish = choice["finish_reason"]
+                self.raw_finish, self.finished = choice["finish_reason"], True
         if piece:
             self.parts.append(piece)
         return piece
@@ -122,7 +75,7 @@ class StreamedReply:
             ProviderUnavailable: the stream ended without a finish reason: the
                 connection closed before the reply was complete.
         """
-        if self.raw_finish is None:
+        if not self.finished:
             raise ProviderUnavailable(
                 "the stream ended before the provider finished the reply",
                 details={"receivedChars": sum(len(p) for p in self.parts)},
@@ -144,8 +97,7 @@ class ChunkReader:
 
     def __init__(self, body: Body, secrets: Iterable[str | None] = ()) -> None:
         self._body = body
-        self._lines = body.aiter_lines()
-        self._events = _Events()
+        self._events = EventReader(body) if is_event_stream(body) else None
         self._secrets = tuple(secrets)
         self._complete = False
         self.reply = StreamedReply()
@@ -157,50 +109,65 @@ class ChunkReader:
             ProviderTimeout: the client's read timeout passed.
             ProviderUnavailable: the connection broke, or the server sent an error event
                 (other error events: see :func:`event_error`).
-            ProviderError: an event is not JSON (code ``provider_error``).
+            ProviderError: an event is not JSON, or a body that is not an event stream
+                holds no completion (code ``provider_error``).
         """
+        if self._events is None:
+            return await self._whole_body()
         while not self._complete:
             try:
-                line = await anext(self._lines)
-            except StopAsyncIteration:
-                event = self._events.flush()
-                self._complete = True
+                event = await self._events.next_event()
             except Exception as exc:  # the HTTP client's own errors, translated here
-                raise transport_error(exc) from exc
-            else:
-                event = self._events.feed(line)
-            if event is None:
-                continue
-            name, data = event
-            if data.strip() == "[DONE]":
+                if not self.reply.finished:
+                    raise transport_error(exc) from exc
+                event = None  # the reply was whole: losing the connection now loses nothing
+            if event is None or event.data.strip() == "[DONE]":
                 self._complete = True
                 break
-            piece = self._take(name, data)
+            piece = self._take(event)
             if piece:
                 return piece
         return None
 
-    def _take(self, name: str | None, data: str) -> str:
+    def _take(self, event: Event) -> str:
         try:
-            payload = json.loads(data)
+            payload = json.loads(event.data)
         except ValueError as exc:
             raise ProviderError("the provider sent a stream event that is not JSON") from exc
         if not isinstance(payload, dict):
             raise ProviderError("the provider sent a stream event that is not a JSON object")
-        if payload.get("error") is not None or name == "error":
+        if payload.get("error") is not None or event.name == "error":
             raise event_error(payload.get("error", payload), secrets=self._secrets)
         return self.reply.add(payload)
+
+    async def _whole_body(self) -> str | None:
+        """A body that is not an event stream: a whole completion, or an error."""
+        if self._complete:
+            return None
+        self._complete = True
+        try:
+            data = await self._body.aread()
+        except Exception as exc:
+            raise transport_error(exc) from exc
+        payload = json_of(data)
+        if payload is None and looks_like_events(data):  # a stream under another label
+            self._events, self._complete = EventReader(self._body), False
+            return await self.next_piece()
+        if isinstance(payload, dict) and payload.get("error") is not None:
+            raise event_error(payload["error"], secrets=self._secrets, status=200)
+        choices = payload.get("choices") if isinstance(payload, dict) else None
+        if not isinstance(payload, dict) or not isinstance(choices, list) or not choices:
+            raise not_a_completion(
+                data.decode("utf-8", "replace") if payload is None else payload,
+                secrets=self._secrets,
+                content_type=self._body.headers.get("content-type"),
+            )
+        piece = self.reply.add(payload)
+        self.reply.finished = True  # a whole completion, with or without a finish reason
+        return piece or None
 
     async def close(self) -> None:
         """Finish reading: the rest of a complete body, briefly; then close the response
         and run the body's readers to their end. Shielded from cancellation."""
-        with anyio.CancelScope(shield=True):
-            if self._complete:
-                with anyio.move_on_after(DRAIN_SECONDS), suppress(Exception):
-                    async for _ in self._lines:
-                        pass
-            with suppress(Exception):
-                await self._body.aclose()
-            with suppress(Exception):  # reads on a closed response fail at once
-                async for _ in self._lines:
-                    pass
+        if self._events is not None:
+            await self._events.close(drain=self._complete)
