@@ -132,6 +132,17 @@ async def test_a_rate_limit_a_timeout_and_an_unavailable_server_are_retried() ->
     assert "".join(getattr(e, "text", "") for e in deltas) == "the answer"
 
 
+async def test_a_reply_the_provider_ended_with_an_error_before_any_text_is_retried() -> None:
+    waits = Waits()
+    failed = MainLlmDone(text="", finish_reason="error", raw_finish_reason="abort")
+    llm = ScriptedMainLlm([failed, "the answer"])
+    result = await run(llm, quick(waits))
+    assert result.status == RunStatus.DONE
+    assert result.run.main_llm.text == "the answer"
+    assert result.run.main_llm.attempts == 2
+    assert len(waits.seconds) == 1
+
+
 async def test_the_last_error_ends_the_call_when_the_attempts_are_used_up() -> None:
     waits = Waits()
     llm = ScriptedMainLlm([RateLimited("429 a"), RateLimited("429 b"), RateLimited("429 c")])

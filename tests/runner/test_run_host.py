@@ -665,15 +665,3 @@ async def test_a_reply_the_provider_ended_with_an_error_fails_the_run_and_keeps_
     assert result.operation("after").status == OperationStatus.SKIPPED
     history = await stores.chats.history("c", "main")
     assert [m.role for m in history] == [ChatRole.USER]  # no half answer in the chat
-
-
-@pytest.mark.anyio
-async def test_a_reply_the_provider_ended_with_an_error_before_any_text_is_retried() -> None:
-    stores = InMemoryStores()
-    await use_profile(stores)
-    failed = MainLlmDone(text="", finish_reason="error", raw_finish_reason="abort")
-    main_llm = ScriptedMainLlm([failed, "Hello"])
-    result = await make_runner(stores=stores, main_llm=main_llm).run(generate())
-    assert result.status == RunStatus.DONE
-    assert result.run.main_llm.text == "Hello"
-    assert len(main_llm.requests) == 2
