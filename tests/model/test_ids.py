@@ -62,3 +62,24 @@ def test_a_profile_id_with_nul_is_refused_with_a_stable_type(field: str) -> None
     (error,) = refused.value.errors()
     assert error["type"] == "nul_character"
     assert error["loc"] == (field,)
+
+
+def test_an_id_with_a_lone_surrogate_is_refused_with_a_stable_type() -> None:
+    with pytest.raises(ValidationError) as refused:
+        _request(chat_id="c\ud83d")
+    (error,) = refused.value.errors()
+    assert error["type"] == "surrogate_character"
+
+
+def test_free_text_with_lone_surrogates_is_made_encodable() -> None:
+    request = _request(
+        user_message="half an emoji \ud83d, a whole one \ud83d\ude00",
+        system_prompt="\udc00",
+        host={"card": ["x\ud800"], "\ud800": 1},
+        main_llm_params={"stop": "\udfff"},
+    )
+    assert request.user_message == "half an emoji \ufffd, a whole one \U0001f600"
+    assert request.system_prompt == "\ufffd"
+    assert request.host == {"card": ["x\ufffd"], "\ufffd": 1}
+    assert request.main_llm_params == {"stop": "\ufffd"}
+    request.model_dump_json().encode("utf-8")  # encodes

@@ -665,3 +665,16 @@ async def test_a_reply_the_provider_ended_with_an_error_fails_the_run_and_keeps_
     assert result.operation("after").status == OperationStatus.SKIPPED
     history = await stores.chats.history("c", "main")
     assert [m.role for m in history] == [ChatRole.USER]  # no half answer in the chat
+
+
+@pytest.mark.anyio
+async def test_a_user_message_with_half_an_emoji_is_answered() -> None:
+    stores = InMemoryStores()
+    await use_profile(stores)
+    llm = ScriptedMainLlm()
+    result = await make_runner(stores=stores, main_llm=llm).run(generate("half \ud83d"))
+    assert result.status == RunStatus.DONE
+    assert llm.last_request is not None
+    assert llm.last_request.messages[-1].content == "half \ufffd"
+    (user, _) = await stores.chats.history("c", "main")
+    assert user.selected.content == "half \ufffd"

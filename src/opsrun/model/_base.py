@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, TypeAlias
 
 from pydantic import BaseModel, ConfigDict
@@ -15,18 +16,46 @@ JsonObject: TypeAlias = dict[str, Any]
 """A JSON object."""
 
 
-def no_nul(value: str | None) -> str | None:
-    """Return the id ``value`` unless it contains NUL (``\\x00``), which some stores
-    cannot keep in a key.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+"""A UTF-16 surrogate: in a Python string, text that cannot be encoded as UTF-8."""
+
+
+def check_id(value: object) -> object:
+    """Return ``value`` unless it is an id that contains NUL (``\\x00``) or a lone UTF-16
+    surrogate, which some stores cannot keep in a key (a validator run before the
+    field's own checks; what is not a string is left to them).
 
     Raises:
-        PydanticCustomError: it does (error type ``nul_character``).
+        PydanticCustomError: it does (error type ``nul_character`` or
+            ``surrogate_character``).
     """
-    if value is not None and "\x00" in value:
+    if not isinstance(value, str):
+        return value
+    if "\x00" in value:
         raise PydanticCustomError(
             "nul_character",
             "an id must not contain NUL (\\x00): stores keep ids as text, which cannot hold it",
         )
+    if _SURROGATE.search(value):
+        raise PydanticCustomError(
+            "surrogate_character",
+            "an id must be valid Unicode: it holds a lone UTF-16 surrogate",
+        )
+    return value
+
+
+def well_formed(value: Any) -> Any:
+    """``value`` (a string, or JSON made of dicts, lists and scalars) with each lone
+    UTF-16 surrogate replaced by U+FFFD and each surrogate pair joined into its
+    character, so it encodes as UTF-8 (a JavaScript client may send half an emoji)."""
+    if isinstance(value, str):
+        if _SURROGATE.search(value) is None:
+            return value
+        return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    if isinstance(value, dict):
+        return {well_formed(k): well_formed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [well_formed(v) for v in value]
     return value
 
 

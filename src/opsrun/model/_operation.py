@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from ._base import JsonObject, Model, no_nul
+from ._base import JsonObject, Model, check_id
 from ._enums import Hook, Trigger
 
 
@@ -112,7 +112,7 @@ class OperationProfile(Model):
     operations: tuple[ProfileOperation, ...] = ()
     """The configured operations, in profile order."""
 
-    _no_nul = field_validator("profile_id", "operation_profile_session_id", mode="after")(no_nul)
+    _ids = field_validator("profile_id", "operation_profile_session_id", mode="before")(check_id)
 
     def operation(self, operation_id: str) -> ProfileOperation | None:
         """Return the entry for ``operation_id``, or None."""

@@ -7,7 +7,7 @@ from typing import Literal, TypeAlias
 
 from pydantic import Field, field_validator, model_validator
 
-from ._base import JsonObject, Model, no_nul
+from ._base import JsonObject, Model, check_id, well_formed
 from ._effects import OperationError
 from ._enums import (
     FailedType,
@@ -49,7 +49,9 @@ class RunRequest(Model):
     Ids (``chat_id``, ``branch_id``, ``profile_id``, ``user_message_id``,
     ``assistant_variant_id``, ``client_request_id``) must not contain NUL (``\\x00``),
     which some stores cannot keep in a key: such a request fails validation with error
-    type ``nul_character``. Free text (``user_message``, ``system_prompt``) may.
+    type ``nul_character`` (``surrogate_character`` for a lone UTF-16 surrogate). Free
+    text (``user_message``, ``system_prompt``) may hold NUL; a lone surrogate in it, or
+    in ``host`` and ``main_llm_params``, is replaced by U+FFFD (it cannot be encoded).
     """
 
     trigger: Trigger | TriggerName
@@ -88,7 +90,10 @@ class RunRequest(Model):
     def _as_trigger(cls, value: Trigger | TriggerName) -> Trigger:
         return Trigger(value)
 
-    _no_nul = field_validator(*_REQUEST_IDS, mode="after")(no_nul)
+    _ids = field_validator(*_REQUEST_IDS, mode="before")(check_id)
+    _well_formed = field_validator(
+        "user_message", "system_prompt", "main_llm_params", "host", mode="after"
+    )(well_formed)
 
     @model_validator(mode="after")
     def _turn_inputs(self) -> RunRequest:
