@@ -59,6 +59,7 @@ class Traced:
         main_llm: MainLlm | None = None,
         provider: ScriptedProvider | None = None,
         executor: ThreadExecutor | None = None,
+        schemas: dict[str, Any] | None = None,
     ) -> None:
         self.exporter = InMemorySpanExporter()
         self.provider = TracerProvider(shutdown_on_exit=False)
@@ -68,6 +69,7 @@ class Traced:
         kinds = builtin_kinds(
             providers=ProviderRegistry({"openai": self.aux}),
             credentials=StaticCredentials({"key": SECRET}),
+            schemas=schemas,
         )
         self.catalog = OperationCatalog(kinds=kinds)
         self.catalog.add_definition(OperationDefinition(operation_id="aux", name="Aux", kind="llm"))
@@ -355,6 +357,40 @@ async def test_an_aux_llm_error_fails_its_span_and_its_operation() -> None:
     operation = t.named("opsrun.operation aux")
     assert operation.attributes is not None
     assert operation.attributes["error.type"] == "rate_limited"
+
+
+PRIVATE_REPLY = '{"summary": "Alice Smith lives at 12 Main Street"}'
+SUMMARY_SCHEMA = {"type": "object", "properties": {"summary": {"type": "array"}}}
+
+
+@pytest.mark.parametrize("capture", [False, True])
+async def test_an_output_parse_error_quoting_the_reply_is_described_without_it(
+    capture: bool,
+) -> None:
+    """The llm kind's output_parse_error message quotes the reply value its schema
+    refused; without content capture the status description leaves it out."""
+    t = Traced(
+        capture_content=capture,
+        provider=ScriptedProvider([PRIVATE_REPLY]),
+        schemas={"summary": SUMMARY_SCHEMA},
+    )
+    params = aux_params(output={"mode": "json", "schemaRef": "summary"})
+    result = await t.run(op("aux", B, params=params))
+    error = result.operation("aux").error
+    assert error is not None
+    assert "Alice Smith" in error.message  # the run's own record keeps it
+    span = t.named("opsrun.operation aux")
+    assert attribute(span, "error.type") == "output_parse_error"
+    if capture:
+        assert span.status.description is not None
+        assert "Alice Smith" in span.status.description
+        return
+    assert span.status.description == (
+        "output_parse_error (schemaRef=summary, validator=type, "
+        "schemaPath=/properties/summary/type); the message may quote content and is "
+        "recorded only with capture_content=True"
+    )
+    assert not [text for text in strings(t.spans) if "Alice" in text or "Main Street" in text]
 
 
 async def test_an_aborted_run_is_not_an_error() -> None:

@@ -16,7 +16,9 @@ tree of one run::
 LLM spans follow the OpenTelemetry GenAI semantic conventions (the attribute names are
 constants here, not taken from the unstable ``opentelemetry-semantic-conventions``
 package). Prompt and completion text is recorded only with ``capture_content=True``:
-masked by the run's redactor and cut to ``max_content_chars`` per attribute.
+masked by the run's redactor and cut to ``max_content_chars`` per attribute. Without it,
+an error whose message may quote a model's reply (``output_parse_error``) is described
+by its code and content-free details instead of its message.
 
 Run ids on log records are :mod:`opsrun._logs`.
 """
@@ -108,6 +110,11 @@ _REDACT_MARGIN = 16_384
 """Characters past the longest kept text that are redacted with it, so that a secret the
 bound cuts through is still masked whole (longer than any credential the rules know)."""
 _ELLIPSIS = "…"
+_CONTENT_QUOTING_CODES = frozenset({"output_parse_error"})
+"""Error codes whose message may quote what a model wrote (the llm kind's
+``output_parse_error`` quotes the reply value its schema refused)."""
+_CONTENT_FREE_DETAILS = ("schemaRef", "validator", "schemaPath")
+"""Details of such an error that come from the host's configuration, not from content."""
 
 
 Activation: TypeAlias = "tuple[Token[Context], Token[Tracing | None]]"
@@ -129,9 +136,9 @@ class Telemetry:
             provider (``opentelemetry.trace.set_tracer_provider``), read when each span
             starts, so the host may configure it after building the runner.
         capture_content: Record prompts and completions of LLM calls
-            (``gen_ai.input.messages``, ``gen_ai.output.messages``). Off by default: a
-            prompt holds the user's words. The text is masked by the runner's redactor
-            first.
+            (``gen_ai.input.messages``, ``gen_ai.output.messages``), and the messages of
+            errors that may quote them. Off by default: a prompt holds the user's words.
+            The text is masked by the runner's redactor first.
         max_content_chars: Characters at most of one captured attribute; the newest
             messages are kept, and the oldest kept one may end in ``…``.
 
@@ -216,6 +223,27 @@ class Tracing:
         text = None if description is None else description[:_DESCRIPTION_CHARS]
         span.set_status(self._status(self._error, text))
 
+    def _describe(self, error: OperationError, redactor: Redactor) -> str:
+        """The status description of ``error``: its message, masked by ``redactor``.
+
+        Without content capture, an error whose message may quote content (an
+        ``output_parse_error``) is described by its code and the details that come
+        from configuration (the schema, the failing keyword, where in the schema).
+        """
+        if self.settings.capture_content or error.code not in _CONTENT_QUOTING_CODES:
+            return redactor.redact(error.message)
+        details = error.details or {}
+        found = [
+            f"{key}={details[key]}"
+            for key in _CONTENT_FREE_DETAILS
+            if isinstance(details.get(key), str)
+        ]
+        where = f" ({', '.join(found)})" if found else ""
+        return redactor.redact(
+            f"{error.code}{where}; the message may quote content and is recorded only "
+            "with capture_content=True"
+        )
+
     # -- run, hook, operation
 
     def start_run(self, run: Run) -> Span:
@@ -286,7 +314,7 @@ class Tracing:
         if skipped_reason is not None:
             span.set_attribute(OPERATION_SKIPPED_REASON, skipped_reason.value)
         if status == OperationStatus.ERROR and error is not None:
-            self._fail(span, error.code, redactor.redact(error.message))
+            self._fail(span, error.code, self._describe(error, redactor))
         span.end()
 
     # -- LLM calls
@@ -361,7 +389,7 @@ class Tracing:
         if self.settings.capture_content and span.is_recording():
             self._capture(span, redactor, messages, reply, provider_finish_reason)
         if error is not None:
-            self._fail(span, error.code, redactor.redact(error.message))
+            self._fail(span, error.code, self._describe(error, redactor))
         span.end()
 
     def _capture(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -412,7 +413,12 @@ async def test_schema_mismatch_is_output_parse_error() -> None:
     op = aux(result)
     assert error_code(result) == "output_parse_error"
     assert op.error is not None
-    assert op.error.details == {"schemaRef": "state", "path": "$.hp"}
+    assert op.error.details == {
+        "schemaRef": "state",
+        "path": "$.hp",
+        "schemaPath": "/properties/hp/type",
+        "validator": "type",
+    }
     assert "is not of type 'integer'" in op.outputs_summary["parseErrorMessage"]
 
 
@@ -430,6 +436,190 @@ async def test_an_invalid_schema_is_refused_when_the_profile_is_saved() -> None:
     assert "not a valid JSON Schema" in problem
     with pytest.raises(ProfileInvalid):
         await h.run(params)
+
+
+def context_for(params: LlmParams) -> OperationContext[LlmParams]:
+    """The context of ``aux`` in before_main_llm, for calling ``execute`` directly."""
+    return OperationContext(
+        run=RunMeta(
+            run_id="r",
+            trigger=Trigger.GENERATE,
+            chat_id="c",
+            branch_id="main",
+            user_message_id="u",
+            profile_id=None,
+            session_key=None,
+        ),
+        hook=B,
+        definition=OperationDefinition(operation_id="aux", name="Aux", kind="llm"),
+        config=OperationConfig(hooks=(B,), order=1),
+        params=params,
+        history=(),
+        artifacts={},
+        write_tag="notes",
+    )
+
+
+HP_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["hp"],
+    "properties": {"hp": {"$ref": "#/$defs/HP"}},
+    "$defs": {"HP": {"type": "integer"}},
+}
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "properties": {"hp": {"$ref": "#/$defs/HP"}}},
+        {"properties": {"hp": {"anyOf": [{"$ref": "#/$defs/missing"}, {"type": "integer"}]}}},
+        {"$defs": {"a": {"$anchor": "hp"}}, "properties": {"hp": {"$ref": "#elsewhere"}}},
+        {"properties": {"hp": {"$dynamicRef": "#nowhere"}}},
+        {"properties": {"hp": {"$ref": "https://example.com/hp.json"}}},
+        {
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "properties": {"hp": {"$ref": "#/definitions/HP"}},
+        },
+    ],
+    ids=["pointer", "inside-anyOf", "anchor", "dynamic", "remote", "draft-07"],
+)
+async def test_a_ref_that_does_not_resolve_is_refused_before_any_call(
+    schema: dict[str, Any],
+) -> None:
+    h = Harness(ScriptedProvider(['{"hp": 3}']), schemas={"state": schema})
+    params = llm_params(output={"mode": "json", "schemaRef": "state"})
+    (problem,) = h.issues(params)
+    assert "does not resolve" in problem
+    with pytest.raises(ProfileInvalid):
+        await h.run(params)
+    assert h.provider.calls == 0
+
+
+async def test_a_ref_that_does_not_resolve_is_a_config_error_at_run_time_too() -> None:
+    """Without a catalog's save-time check, the operation refuses it before calling."""
+    provider = ScriptedProvider(['{"hp": 3}'])
+    schemas = {"state": {"properties": {"hp": {"$ref": "#/$defs/HP"}}}}
+    operation = LlmOperation(
+        OperationDefinition(operation_id="aux", name="Aux", kind="llm"),
+        providers=ProviderRegistry({"test": provider}),
+        schemas=schemas,
+    )
+    params = LlmParams.model_validate(llm_params(output={"mode": "json", "schemaRef": "state"}))
+    result = await operation.execute(context_for(params))
+    assert result.error is not None
+    assert result.error.code == "config_error"
+    assert "'#/$defs/HP'" in result.error.message
+    assert result.inputs_summary["schemaRef"] == "state"
+    assert provider.calls == 0
+
+
+async def test_refs_inside_the_schema_resolve() -> None:
+    tree = {
+        "$id": "https://example.com/tree",
+        "$dynamicAnchor": "node",
+        "type": "object",
+        "properties": {"children": {"type": "array", "items": {"$dynamicRef": "#node"}}},
+    }
+    embedded = {
+        "$id": "https://example.com/root.json",
+        "$defs": {"hp": {"$id": "hp.json", "type": "integer"}},
+        "properties": {"hp": {"$ref": "hp.json"}},
+    }
+    schemas = {"hp": HP_SCHEMA, "tree": tree, "embedded": embedded}
+    for ref, reply in [("hp", '{"hp": 3}'), ("tree", '{"children": [{}]}'), ("embedded", "{}")]:
+        h = Harness(ScriptedProvider([reply, '{"hp": "x", "children": [1]}']), schemas=schemas)
+        params = llm_params(output={"mode": "json", "schemaRef": ref})
+        assert h.issues(params) == []
+        assert aux(await h.run(params)).status == OperationStatus.DONE
+        if ref != "embedded":
+            assert error_code(await h.run(params, user="again")) == "output_parse_error"
+
+
+async def test_a_schema_that_cannot_be_applied_to_the_reply_is_a_config_error() -> None:
+    """A schema changed in place after its validator was built (its $defs removed): the
+    reference error while checking the reply is a config_error, summaries kept."""
+    schema = {
+        "type": "object",
+        "properties": {"hp": {"$ref": "#/$defs/HP"}},
+        "$defs": {"HP": {"type": "integer"}},
+    }
+    h = Harness(ScriptedProvider(['{"hp": 3}', '{"hp": 4}']), schemas={"state": schema})
+    params = llm_params(output={"mode": "json", "schemaRef": "state"})
+    assert aux(await h.run(params)).status == OperationStatus.DONE
+    del schema["$defs"]
+    result = await h.run(params, user="again")
+    assert error_code(result) == "config_error"
+    assert "could not be applied" in aux_error(result).message
+    assert aux(result).outputs_summary["attempts"] == 1
+
+
+# -- JSON replies: depth and masking ----------------------------------------------------------
+
+
+async def test_a_reply_nested_too_deeply_to_parse_is_output_parse_error() -> None:
+    deep = "[" * 100_000 + "1" + "]" * 100_000
+    h = Harness(ScriptedProvider([deep]))
+    result = await h.run(llm_params(output={"mode": "json"}))
+    assert error_code(result) == "output_parse_error"
+    assert "nested deeper" in aux_error(result).message
+    summary = aux(result).outputs_summary
+    assert summary["attempts"] == 1
+    assert "nested deeper" in summary["parseErrorMessage"]
+
+
+async def test_a_deeply_nested_reply_is_written_unchanged() -> None:
+    depth = 100  # deeper than the redactor's max_depth (32)
+    reply = "[" * depth + '"' + KEY_SHAPED + '"' + "]" * depth
+    h = Harness(ScriptedProvider([reply]))
+    params = llm_params(
+        output={"mode": "json"}, promptEffect={"type": "prompt.append_after_last_user"}
+    )
+    result = await h.run(params)
+    assert aux(result).status == OperationStatus.DONE
+    value: Any = (await h.artifacts(result))["notes"].value
+    for _ in range(depth):
+        assert isinstance(value, list)
+        assert len(value) == 1
+        value = value[0]
+    assert value == MASKED_KEY  # a key is still masked, however deep
+    sent = h.main_llm.requests[-1].messages[-1].content
+    assert sent == "[" * depth + json.dumps(MASKED_KEY, ensure_ascii=False) + "]" * depth
+
+
+KEY_SHAPED = "sk-proj-" + "Zx9Yw8Vu7Ts6" * 4
+MASKED_KEY = "sk-proj-…[REDACTED]"
+
+
+async def test_masking_keeps_a_validated_json_reply_valid() -> None:
+    """Values are masked for what they are (a key, the credential), not for the name of
+    their key: a game's ``token`` stays the number the schema asked for."""
+    schema = {
+        "type": "object",
+        "required": ["token", "password", "apiKey"],
+        "properties": {"token": {"type": "integer"}, "password": {"type": "string"}},
+    }
+    reply = json.dumps({"token": 3, "password": "swordfish", "apiKey": KEY_SHAPED, "hp": 10})
+    h = Harness(ScriptedProvider([reply]), schemas={"game": schema})
+    params = llm_params(
+        output={"mode": "json", "schemaRef": "game"},
+        promptEffect={"type": "prompt.append_after_last_user"},
+    )
+    result = await h.run(params)
+    assert aux(result).status == OperationStatus.DONE
+    expected = {"token": 3, "password": "swordfish", "apiKey": MASKED_KEY, "hp": 10}
+    assert (await h.artifacts(result))["notes"].value == expected
+    assert json.loads(h.main_llm.requests[-1].messages[-1].content) == expected
+
+
+async def test_a_reply_that_masking_makes_invalid_is_output_parse_error() -> None:
+    schema = {"type": "object", "properties": {"apiKey": {"pattern": "^sk-proj-[A-Za-z0-9]+$"}}}
+    h = Harness(ScriptedProvider([json.dumps({"apiKey": KEY_SHAPED})]), schemas={"s": schema})
+    result = await h.run(llm_params(output={"mode": "json", "schemaRef": "s"}))
+    assert error_code(result) == "output_parse_error"
+    message = aux_error(result).message
+    assert message.startswith("masking secrets in the reply leaves a value that does not match")
+    assert KEY_SHAPED not in message
+    assert "notes" not in await h.artifacts(result)
 
 
 async def test_an_unknown_provider_ref_is_refused_when_the_profile_is_saved() -> None:
@@ -645,6 +835,37 @@ async def test_reported_cost_above_the_budget_is_budget_exceeded() -> None:
     assert error_code(result) == "budget_exceeded"
     assert op.outputs_summary["usage"] == {"costUsd": 0.25}
     assert "notes" not in await h.artifacts(result)
+
+
+async def test_failed_attempts_over_the_budget_are_not_retried() -> None:
+    """The cost is summed after every attempt: once over the budget, no further call is
+    made and the operation ends budget_exceeded, even though every attempt failed."""
+    failed = LlmResponse(text="", finish_reason="error", usage=Usage(cost_usd=0.006))
+    waits = Waits()
+    h = Harness(ScriptedProvider([failed] * 5), sleep=waits)
+    params = llm_params(
+        budget={"maxCostUsd": 0.01},
+        retry={"maxAttempts": 5, "backoffMs": 10, "retryOn": ["provider_error"]},
+    )
+    result = await h.run(params)
+    op = aux(result)
+    assert h.provider.calls == 2  # 0.006 is within the budget, 0.012 is not
+    assert len(waits.seconds) == 1
+    assert error_code(result) == "budget_exceeded"
+    assert error_details(result) == {"costUsd": 0.012, "maxCostUsd": 0.01, "attempts": 2}
+    assert op.outputs_summary["attempts"] == 2
+    assert op.outputs_summary["usage"] == {"costUsd": 0.012}
+
+
+async def test_a_failed_attempt_over_the_budget_is_budget_exceeded_without_retries() -> None:
+    failed = LlmResponse(text="", finish_reason="error", usage=Usage(cost_usd=0.02))
+    h = Harness(ScriptedProvider([failed] * 3), sleep=Waits())
+    params = llm_params(
+        budget={"maxCostUsd": 0.01}, retry={"maxAttempts": 3, "retryOn": ["provider_error"]}
+    )
+    result = await h.run(params)
+    assert error_code(result) == "budget_exceeded"
+    assert h.provider.calls == 1
 
 
 async def test_strict_variables_is_template_render_error() -> None:

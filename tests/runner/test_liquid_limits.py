@@ -408,3 +408,31 @@ def test_random_templates_render_or_raise_template_error(
     else:
         expected = str
     assert (expected is TemplateError and out == "template_render_error") or isinstance(out, str)
+
+
+# One-line and multi-line output expressions, each over 40 characters in total.
+_LONG_EXPRESSIONS = [
+    "{{ x" + " | upcase" * 10 + " }}",
+    "{{ x" + "\n | upcase" * 10 + " }}",
+]
+
+
+@pytest.mark.parametrize("expression", _LONG_EXPRESSIONS, ids=["one-line", "multi-line"])
+@pytest.mark.parametrize(
+    "before",
+    ["", "{% liquid\necho 1 %}", "{% liquid\nassign a = 1 %}text", "{% liquid echo 1 %}"],
+    ids=["alone", "after-liquid-tag", "after-liquid-tag-and-text", "after-one-line-liquid"],
+)
+def test_expression_length_holds_after_a_liquid_tag(before: str, expression: str) -> None:
+    """Only the lines of a ``{% liquid %}`` tag are measured one by one; an output
+    expression after one is measured whole."""
+    engine = TemplateEngine(limits=TemplateLimits(max_expression_length=40))
+    with pytest.raises(TemplateError) as info:
+        engine.parse(before + expression)
+    assert _limit_of(info.value) == "max_expression_length"
+
+
+def test_liquid_tag_lines_are_measured_one_by_one() -> None:
+    engine = TemplateEngine(limits=TemplateLimits(max_expression_length=40))
+    source = "{% liquid\n" + "echo 'short line'\n" * 20 + "%}"
+    assert engine.render(source) == "short line" * 20

@@ -3,8 +3,9 @@
 What happens, in order, and the error code each step can end with:
 
 1. ``promptEffect`` outside ``before_main_llm`` → ``policy_error``; an unknown
-   ``schemaRef`` or ``providerRef``, or a ``credentialRef`` nobody can resolve →
-   ``config_error`` (no call is made).
+   ``schemaRef`` or ``providerRef``, a schema that is invalid or has a ``$ref`` that
+   does not resolve inside it (nothing is fetched), or a ``credentialRef`` nobody can
+   resolve → ``config_error`` (no call is made).
 2. ``system`` and ``prompt`` render as Liquid over ``art``, ``chatHistory``, ``run`` and
    ``mainLlm`` → ``template_render_error``.
 3. ``maxInputTokens`` is checked with the injected token counter (default: characters
@@ -21,16 +22,19 @@ What happens, in order, and the error code each step can end with:
    against ``maxAttempts`` but is counted in ``outputsSummary.attempts``.
 5. A ``content_filter`` finish → ``policy_error``; a finish reason ``error`` is a
    ``provider_error`` (retryable). A reported cost above ``budget.maxCostUsd`` (summed
-   over the attempts) → ``budget_exceeded``; an unreported cost passes.
+   over the attempts, checked after each, so a failed attempt over it is not retried)
+   → ``budget_exceeded``; an unreported cost passes.
 6. ``output.mode="json"``: the reply (a whole-reply markdown code fence is removed)
-   must parse as JSON (``NaN``/``Infinity`` refused) and validate against
-   ``schemas[schemaRef]`` → ``output_parse_error``.
+   must parse as JSON (``NaN``/``Infinity`` and too deep a nesting refused) and
+   validate against ``schemas[schemaRef]`` → ``output_parse_error``.
 
 The result is written to ``writeArtifact`` (text: the string; json: the parsed value,
 format ``json`` unless the spec says otherwise) and/or sent as ``promptEffect`` (JSON
 values serialised compactly). The resolved credential reaches only
 ``LlmRequest.credential``; it is masked, with key-shaped strings, in every message,
-detail, summary and output the operation returns.
+detail, summary and output the operation returns. In the output only such strings are
+masked (not values under secret-sounding keys, nor deep values), so a validated JSON
+reply keeps its shape; one that masking makes invalid is an ``output_parse_error``.
 """
 
 from __future__ import annotations
@@ -44,10 +48,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 from jsonschema import SchemaError
-from jsonschema.exceptions import best_match
+from jsonschema.exceptions import UnknownType, best_match
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 from pydantic import BaseModel
+from referencing import Registry
+from referencing.exceptions import Unresolvable
+from referencing.jsonschema import DRAFT202012, specification_with
 
 from .._redact import Redactor, sha256_text
 from .._retry import Backoff, Sleep, call_with_retries, no_retry_message
@@ -134,10 +141,12 @@ class _AttemptError:
 
     code: str
     message: str
-    retry_kind: RetryKind
+    retry_kind: RetryKind | None
+    """What ``retryOn`` must list for a retry; None: never retried."""
     retry_after: float | None = None
     format_rejected: bool = False
     """The provider refused the response format (a lower level may be tried once)."""
+    details: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -167,6 +176,20 @@ def _add_usage(total: Usage | None, more: Usage | None) -> Usage | None:
     )
 
 
+def _over_budget(params: LlmParams, usage: Usage | None) -> _AttemptError | None:
+    """``budget_exceeded`` when the cost reported so far is above ``budget.maxCostUsd``."""
+    max_cost = params.budget.max_cost_usd
+    cost = None if usage is None else usage.cost_usd
+    if max_cost is None or cost is None or cost <= max_cost:
+        return None
+    return _AttemptError(
+        "budget_exceeded",
+        f"the reported cost is {cost:.6f} USD, more than budget.maxCostUsd={max_cost}",
+        None,
+        details={"costUsd": cost, "maxCostUsd": max_cost},
+    )
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
@@ -175,11 +198,139 @@ def parse_json_reply(text: str) -> Any:
     """Parse a JSON reply; a reply wrapped whole in a markdown code fence is unwrapped.
 
     Raises:
-        ValueError: the text is not JSON (``json.JSONDecodeError`` included).
+        ValueError: the text is not JSON (``json.JSONDecodeError`` included), or it is
+            nested deeper than the parser allows.
     """
     fenced = _FENCE.match(text)
     body = fenced.group("body") if fenced else text
-    return json.loads(body, parse_constant=_reject_constant)
+    try:
+        return json.loads(body, parse_constant=_reject_constant)
+    except RecursionError as exc:
+        raise ValueError("it is nested deeper than the JSON parser allows") from exc
+
+
+def _unresolvable_ref(schema: Mapping[str, Any]) -> str | None:
+    """The first ``$ref`` (or ``$dynamicRef``) of ``schema`` that does not resolve inside
+    it, or None.
+
+    References resolve as jsonschema resolves them (an ``$id`` changes the base URI);
+    one to another document is unresolvable, since nothing is fetched.
+    """
+    dialect = schema.get("$schema")
+    spec = specification_with(dialect if isinstance(dialect, str) else "", default=DRAFT202012)
+    top: object = schema
+    stack = [(top, Registry().resolver_with_root(spec.create_resource(schema)))]
+    while stack:
+        contents, resolver = stack.pop()
+        if not isinstance(contents, Mapping):
+            continue  # a boolean schema
+        for keyword in ("$ref", "$dynamicRef"):
+            ref = contents.get(keyword)
+            if isinstance(ref, str):
+                try:
+                    resolver.lookup(ref)
+                except Unresolvable:
+                    return ref
+        stack.extend(
+            (sub, resolver.in_subresource(spec.create_resource(sub)))
+            for sub in spec.subresources_of(contents)
+        )
+    return None
+
+
+def _parse_error(
+    ex: _Exchange, message: str, details: Mapping[str, Any] | None = None
+) -> OperationFailed:
+    """``output_parse_error`` with ``message`` (bounded, masked), also kept as
+    ``outputsSummary.parseErrorMessage``."""
+    bounded = bound_text(message, PARSE_ERROR_MESSAGE, redactor=ex.redactor)
+    ex.outputs["parseErrorMessage"] = bounded
+    return _fail("output_parse_error", bounded, details)
+
+
+def _validate(
+    params: LlmParams,
+    ex: _Exchange,
+    validator: Validator,
+    value: Any,
+    *,
+    after_masking: bool = False,
+) -> None:
+    """Check the parsed reply against ``params.output.schemaRef``'s schema.
+
+    Raises:
+        OperationFailed: ``output_parse_error``, the value does not match the schema
+            (``details``: ``schemaRef``, ``path``, ``schemaPath``, ``validator``) or is
+            nested too deeply to check; ``config_error``, the schema cannot be applied
+            (a reference that does not resolve, an unknown type).
+    """
+    schema_ref = params.output.schema_ref
+    try:
+        error = best_match(validator.iter_errors(value))
+    except RecursionError as exc:
+        message = f"the reply is nested too deeply to check against schema {schema_ref!r}"
+        raise _parse_error(ex, message, {"schemaRef": schema_ref}) from exc
+    except (Unresolvable, UnknownType) as exc:
+        raise _fail(
+            "config_error",
+            f"schema {schema_ref!r} could not be applied: {_describe(exc)}",
+            {"schemaRef": schema_ref},
+        ) from exc
+    if error is None:
+        return
+    what = (
+        "masking secrets in the reply leaves a value that does not match"
+        if after_masking
+        else "the reply does not match"
+    )
+    raise _parse_error(
+        ex,
+        f"{what} schema {schema_ref!r}: {error.message} (at {error.json_path})",
+        {
+            "schemaRef": schema_ref,
+            "path": error.json_path,
+            "schemaPath": "/" + "/".join(map(str, error.absolute_schema_path)),
+            "validator": str(error.validator),
+        },
+    )
+
+
+def _mask_strings(value: Any, redactor: Redactor) -> tuple[Any, bool]:
+    """A copy of ``value`` (text or parsed JSON) with every string, keys included,
+    masked by ``redactor``, and whether anything was masked.
+
+    Only what its rules and literal secrets recognise is masked: numbers, booleans,
+    nulls and the nesting are kept however deep, and a value is not masked for the name
+    of its key (a game's ``token: 3`` stays a number), so a validated reply keeps its
+    shape.
+    """
+    changed = False
+
+    def mask(text: str) -> str:
+        nonlocal changed
+        masked = redactor.redact(text)
+        changed = changed or masked != text
+        return masked
+
+    if not isinstance(value, dict | list):
+        return (mask(value) if isinstance(value, str) else value), changed
+    root: dict[str, Any] | list[Any] = {} if isinstance(value, dict) else []
+    stack: list[tuple[dict[str, Any] | list[Any], dict[str, Any] | list[Any]]] = [(value, root)]
+    while stack:  # a loop, not recursion: a reply may be nested deeper than the stack
+        source, target = stack.pop()
+        items = source.items() if isinstance(source, dict) else enumerate(source)
+        for key, item in items:
+            copy: Any = item
+            if isinstance(item, dict | list):
+                copy = {} if isinstance(item, dict) else []
+                stack.append((item, copy))
+            elif isinstance(item, str):
+                copy = mask(item)
+            if isinstance(target, dict):
+                target[mask(str(key))] = copy
+            else:
+                target.append(copy)
+    return root, changed
 
 
 async def _attempt(
@@ -290,8 +441,6 @@ class LlmOperation(Operation[LlmParams]):
             )
         ex.outputs["durationMs"] = _ms(anyio.current_time() - started)
         self._summarize_usage(ex)
-        if self.redact_outputs:
-            value = ex.redactor.redact_value(value)
         mode = params.output.mode
         return done_result(
             ctx,
@@ -332,7 +481,8 @@ class LlmOperation(Operation[LlmParams]):
             response = await self._call(ctx, params, ex, provider, messages, secret)
         else:
             response = await self._traced_call(tracing, ctx, params, ex, provider, messages, secret)
-        return self._interpret(params, ex, response, validator)
+        value = self._interpret(params, ex, response, validator)
+        return self._masked(params, ex, value, validator) if self.redact_outputs else value
 
     async def _traced_call(
         self,
@@ -425,7 +575,16 @@ class LlmOperation(Operation[LlmParams]):
                 f"schema {schema_ref!r} is not a valid JSON Schema: {exc.message}",
                 {"schemaRef": schema_ref},
             ) from exc
-        validator: Validator = cls(schema)
+        ref = _unresolvable_ref(schema)
+        if ref is not None:
+            raise _fail(
+                "config_error",
+                f"schema {schema_ref!r} has a $ref that does not resolve: {ref!r} "
+                "(a $ref must point inside the schema; nothing is fetched)",
+                {"schemaRef": schema_ref},
+            )
+        # An empty registry: jsonschema adds its metaschemas, and fetches nothing.
+        validator: Validator = cls(schema, registry=Registry())
         self._validators[schema_ref] = (schema, validator)
         return validator
 
@@ -512,6 +671,9 @@ class LlmOperation(Operation[LlmParams]):
                     meta={"runId": ctx.run.run_id, "operationId": ctx.operation_id},
                 )
                 outcome = await _attempt(provider, request, timeout, params.timeout_ms, ex)
+                if isinstance(outcome, _AttemptError):
+                    # Spent is spent: a failed call over the budget is not tried again.
+                    outcome = _over_budget(params, ex.usage) or outcome
                 if isinstance(outcome, _AttemptError) and outcome.format_rejected:
                     lower = self._step_down(params, level)
                     if not stepped_down and response_format is not None and lower is not None:
@@ -538,7 +700,7 @@ class LlmOperation(Operation[LlmParams]):
         message = outcome.message
         if retried.refused_wait is not None:
             message = no_retry_message(message, retried.refused_wait)
-        raise _fail(outcome.code, message, {"attempts": ex.outputs["attempts"]})
+        raise _fail(outcome.code, message, {**outcome.details, "attempts": ex.outputs["attempts"]})
 
     def _response_format(self, params: LlmParams, level: StructuredOutput) -> ResponseFormat | None:
         if params.output.mode != "json" or level == "none":
@@ -576,14 +738,9 @@ class LlmOperation(Operation[LlmParams]):
                 "the provider's content filter stopped the reply",
                 {"rawFinishReason": response.raw_finish_reason},
             )
-        max_cost = params.budget.max_cost_usd
-        cost = None if ex.usage is None else ex.usage.cost_usd
-        if max_cost is not None and cost is not None and cost > max_cost:
-            raise _fail(
-                "budget_exceeded",
-                f"the call cost {cost:.6f} USD, more than budget.maxCostUsd={max_cost}",
-                {"costUsd": cost, "maxCostUsd": max_cost},
-            )
+        over = _over_budget(params, ex.usage)
+        if over is not None:
+            raise _fail(over.code, over.message, over.details)
         text = response.text
         if params.output.mode == "text":
             return text
@@ -592,27 +749,25 @@ class LlmOperation(Operation[LlmParams]):
         try:
             value = parse_json_reply(text)
         except ValueError as exc:
-            message = bound_text(
-                f"the reply is not valid JSON: {exc}", PARSE_ERROR_MESSAGE, redactor=ex.redactor
-            )
-            ex.outputs["parseErrorMessage"] = message
-            raise _fail("output_parse_error", message) from exc
+            raise _parse_error(ex, f"the reply is not valid JSON: {exc}") from exc
         if validator is not None:
-            error = best_match(validator.iter_errors(value))
-            if error is not None:
-                message = bound_text(
-                    f"the reply does not match schema {params.output.schema_ref!r}: "
-                    f"{error.message} (at {error.json_path})",
-                    PARSE_ERROR_MESSAGE,
-                    redactor=ex.redactor,
-                )
-                ex.outputs["parseErrorMessage"] = message
-                raise _fail(
-                    "output_parse_error",
-                    message,
-                    {"schemaRef": params.output.schema_ref, "path": error.json_path},
-                )
+            _validate(params, ex, validator, value)
         return value
+
+    def _masked(
+        self, params: LlmParams, ex: _Exchange, value: Any, validator: Validator | None
+    ) -> Any:
+        """``value`` with the secrets the redactor recognises masked (see
+        :func:`_mask_strings`); a masked JSON value is validated again.
+
+        Raises:
+            OperationFailed: ``output_parse_error``, the masked value no longer matches
+                the schema.
+        """
+        masked, changed = _mask_strings(value, ex.redactor)
+        if changed and validator is not None and params.output.mode == "json":
+            _validate(params, ex, validator, masked, after_masking=True)
+        return masked
 
     @staticmethod
     def _summarize_usage(ex: _Exchange) -> None:

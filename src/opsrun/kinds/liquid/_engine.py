@@ -14,6 +14,7 @@ Every failure, whatever its origin, leaves :meth:`TemplateEngine.render` as a
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -27,7 +28,7 @@ from typing import Any, TextIO, cast
 
 from liquid import BoundTemplate, Environment, Mode, RenderContext, StrictUndefined, Undefined
 from liquid.ast import Node
-from liquid.builtin.expressions import LoopExpression
+from liquid.builtin.expressions import LoopExpression, StringLiteral
 from liquid.builtin.tags.for_tag import ForLoop, ForNode, ForTag
 from liquid.builtin.tags.tablerow_tag import TablerowNode, TablerowTag
 from liquid.exceptions import (
@@ -43,15 +44,17 @@ from liquid.exceptions import (
     TemplateNotFoundError,
     UndefinedError,
 )
+from liquid.expression import Expression
 from liquid.loader import BaseLoader
 from liquid.output import LimitedStringIO
 from liquid.parser import get_parser
+from liquid.span import Span
 from liquid.stream import TokenStream
 from liquid.token import TOKEN_EXPRESSION, TOKEN_TAG, Token
 from liquid.undefined import UNDEFINED
 
 from ...errors import ConfigError, TemplateError, bound_text
-from ._filters import last, transcript, uniq
+from ._filters import last, strip_html_filter, transcript, uniq
 from ._limits import TemplateCacheInfo, TemplateLimits
 
 __all__ = ["TemplateEngine"]
@@ -324,9 +327,20 @@ def _check_text(estimate: int, limits: TemplateLimits, what: str) -> None:
 
 
 def _joined_weight(items: object, separator: object, budget: _Budget | None) -> int:
+    """The estimated length of ``items`` joined with ``separator``."""
     count = len(items) if isinstance(items, Sequence) else 1
-    sep = separator if isinstance(separator, str) else str(separator)
-    return _weight(items, budget) + len(sep) * max(count - 1, 0)
+    return _weight(items, budget) + _weight(separator, budget) * max(count - 1, 0)
+
+
+def _transcript_weight(
+    messages: object, separator: object, labels: Mapping[str, object], budget: _Budget | None
+) -> int:
+    """The estimated length of ``transcript``'s result: the messages joined, plus the
+    longest role label and ``": "`` on every line (a label replaces a role, which the
+    messages' weight already counts, so this over-estimates a little)."""
+    count = len(messages) if isinstance(messages, Sequence) else 1
+    label = max((_weight(value, budget) for value in labels.values()), default=0)
+    return _joined_weight(messages, separator, budget) + (label + 2) * count
 
 
 # Filters that turn a non-string left value or argument into text.
@@ -342,13 +356,63 @@ _TEXT_FILTERS = frozenset(
 )  # fmt: skip
 
 
+def _bind(
+    signature: inspect.Signature | None,
+    left: object,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A filter call's arguments after the left value as the filter receives them.
+
+    Returns the values of the parameters it takes by position, whether the template
+    gave them by position or by name (``join: separator: x``), defaults filled in, and
+    the remaining keyword arguments (``transcript``'s role labels). The arguments are
+    returned as given when the signature is unknown or does not accept them (the call
+    then fails on its own).
+    """
+    if signature is None:
+        return args, dict(kwargs)
+    try:
+        bound = signature.bind(left, *args, **kwargs)
+    except TypeError:
+        return args, dict(kwargs)
+    bound.apply_defaults()
+    positional: list[Any] = []
+    named: dict[str, Any] = {}
+    for param_name, value in list(bound.arguments.items())[1:]:
+        kind = signature.parameters[param_name].kind
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            positional.extend(value)
+        elif kind is inspect.Parameter.VAR_KEYWORD:
+            named.update(value)
+        elif kind is inspect.Parameter.KEYWORD_ONLY:
+            named[param_name] = value
+        else:
+            positional.append(value)
+    return tuple(positional), named
+
+
 def _precheck(
-    name: str, left: object, args: tuple[Any, ...], limits: TemplateLimits, budget: _Budget | None
+    name: str,
+    left: object,
+    args: tuple[Any, ...],
+    named: Mapping[str, Any],
+    limits: TemplateLimits,
+    budget: _Budget | None,
 ) -> None:
-    """Refuse, before running it, a filter call whose result would exceed the limits."""
+    """Refuse, before running it, a filter call whose result would exceed the limits.
+
+    ``args`` and ``named`` are the call's arguments as :func:`_bind` returns them.
+
+    Raises:
+        _FilterLimitError: The result would exceed ``max_string_length`` or
+            ``max_collection_length``, or a ``date`` input ``max_date_input``.
+    """
     if name in _TEXT_FILTERS:
-        for value in (left, *args):
-            if not isinstance(value, str | int | float | Decimal) and value is not None:
+        for value in (left, *args, *named.values()):
+            if isinstance(value, str | int | float | Decimal | RenderContext | Environment):
+                continue
+            if value is not None:
                 _check_text(_weight(value, budget), limits, f"'{name}' on a collection")
     text = left if isinstance(left, str) else None
     if name in {"replace", "replace_first", "replace_last"} and text is not None and args:
@@ -368,7 +432,8 @@ def _precheck(
     elif name == "join":
         _check_text(_joined_weight(left, args[0] if args else " ", budget), limits, "'join'")
     elif name == "transcript":
-        _check_text(_joined_weight(left, args[0] if args else "\n", budget), limits, "'transcript'")
+        separator = args[0] if args else "\n"
+        _check_text(_transcript_weight(left, separator, named, budget), limits, "'transcript'")
     elif name == "date" and isinstance(left, str) and len(left) > limits.max_date_input:
         raise _FilterLimitError(
             "max_date_input",
@@ -392,8 +457,21 @@ def _postcheck(
             _check_text(_weight(result, budget), limits, "'concat'")
 
 
+_INJECTED = frozenset({"context", "environment"})
+"""Keyword arguments liquid passes to filters marked ``with_context``/``with_environment``."""
+
+
 def _guard(name: str, func: Callable[..., Any], limits: TemplateLimits) -> Callable[..., Any]:
-    """Wrap a filter with the deadline and size checks; keeps liquid's marker attributes."""
+    """Wrap a filter with the deadline and size checks; keeps liquid's marker attributes.
+
+    The size checks see the arguments the filter receives, whether the template passed
+    them by position or by name.
+    """
+
+    try:
+        signature: inspect.Signature | None = inspect.signature(func)
+    except (TypeError, ValueError):
+        signature = None
 
     @wraps(func)
     def guarded(left: object, *args: Any, **kwargs: Any) -> Any:
@@ -403,9 +481,14 @@ def _guard(name: str, func: Callable[..., Any], limits: TemplateLimits) -> Calla
         for value in (*args, *kwargs.values()):
             if not isinstance(value, RenderContext | Environment):
                 _check_value(value, limits, f"'{name}' argument")
-        _precheck(name, left, args, limits, budget)
+        named: dict[str, Any] = {}
+        if _INJECTED.issuperset(kwargs):  # no keyword argument from the template
+            positional = args
+        else:
+            positional, named = _bind(signature, left, args, kwargs)
+        _precheck(name, left, positional, named, limits, budget)
         result = func(left, *args, **kwargs)
-        _postcheck(name, left, args, result, limits, budget)
+        _postcheck(name, left, positional, result, limits, budget)
         return result
 
     return guarded
@@ -480,6 +563,7 @@ class _SandboxEnvironment(Environment):
         self.filters["last"] = last
         self.filters["transcript"] = transcript
         self.filters["uniq"] = uniq
+        self.filters["strip_html"] = strip_html_filter(_tick)
         self.filters = {
             name: _guard(name, func, self._opsrun_limits) for name, func in self.filters.items()
         }
@@ -512,8 +596,8 @@ class _SandboxEnvironment(Environment):
                             f"an expression of {longest} characters exceeds "
                             f"{limits.max_expression_length}",
                         )
-                elif token.kind == TOKEN_TAG:
-                    tag = token.value
+                else:  # an expression belongs to the tag or output just before it
+                    tag = token.value if token.kind == TOKEN_TAG else ""
                 yield token
 
         return get_parser(self).parse(TokenStream(tokens()))
@@ -649,6 +733,93 @@ def _position(exc: BaseException) -> tuple[str, dict[str, Any]]:
     return f" at line {line}, column {column + 1}, near {near!r}", details
 
 
+# --- save-time checks ----------------------------------------------------------------
+
+
+def _line_column(source: str, index: int) -> tuple[int, int]:
+    """The 1-based line and column of ``index`` in ``source``."""
+    line = source.count("\n", 0, index) + 1
+    return line, index - (source.rfind("\n", 0, index) + 1) + 1
+
+
+def _partial_names(template: BoundTemplate) -> Iterator[tuple[str | None, Token]]:
+    """Each ``include``/``render`` of ``template``, in source order: the partial's name
+    (None when a variable names it) and the token of the name."""
+    context = RenderContext(template)
+    stack = list(reversed(template.nodes))
+    while stack:
+        node = stack.pop()
+        partial = node.partial_scope()
+        if partial is not None:
+            name = partial.name
+            literal = name if isinstance(name, str) else None
+            if isinstance(name, StringLiteral):
+                literal = name.value
+            expression = getattr(node, "name", None)  # include/render: the name expression
+            token = expression.token if isinstance(expression, Expression) else node.token
+            yield literal or None, token
+        stack.extend(reversed(list(node.children(context, include_partials=False))))
+
+
+class _Checker:
+    """What would fail in a template and the partials it names, found without data.
+
+    Partials are loaded with ``env``, the environment of the template's strictness.
+    liquid's analysis evaluates the name of every partial without data, which a strict
+    template refuses for a name taken from a variable; such a template is analysed
+    again as parsed by ``lax``, the lax environment.
+    """
+
+    def __init__(self, env: Environment, lax: Environment, limits: TemplateLimits) -> None:
+        self.env = env
+        self.lax = lax
+        self.limits = limits
+        self.found: list[str] = []
+        """The problems found so far."""
+        self._seen: set[str] = set()
+
+    def problems(self, template: BoundTemplate, source: str) -> list[str]:
+        """The problems of ``template`` (parsed from ``source``) and of its partials."""
+        self._check(template, source, None, 0)
+        return self.found
+
+    def _filters(self, template: BoundTemplate, source: str) -> dict[str, list[Span]]:
+        """Where ``template`` uses each filter (its partials left out)."""
+        try:
+            return template.analyze(include_partials=False).filters
+        except UndefinedError:  # strict: ``include host.card`` names an undefined variable
+            return self.lax.from_string(source).analyze(include_partials=False).filters
+
+    def _check(self, template: BoundTemplate, source: str, partial: str | None, depth: int) -> None:
+        inside = "" if partial is None else f" in partial {partial!r}"
+        for filter_name, spans in self._filters(template, source).items():
+            if filter_name in self.env.filters:
+                continue
+            for span in spans:
+                line, column = _line_column(source, span.index)
+                self.found.append(
+                    f"unknown filter {filter_name!r} at line {line}, column {column}{inside}"
+                )
+        if depth >= self.limits.context_depth_limit:
+            return  # deeper partials would fail at run time with context_depth_limit
+        for name, token in _partial_names(template):
+            if name is None or name in self._seen:
+                continue  # named by a variable (known at run time only), or checked
+            self._seen.add(name)
+            try:
+                loaded = self.env.get_template(name)
+            except Exception as exc:
+                line, column = _line_column(source, token.start_index)
+                message = _to_template_error(exc, "parse", self.limits).message
+                self.found.append(
+                    f"partial {name!r} (at line {line}, column {column}{inside}): {message}"
+                )
+                continue
+            # Every token of a template holds its source text.
+            loaded_source = loaded.nodes[0].token.source if loaded.nodes else ""
+            self._check(loaded, loaded_source, name, depth + 1)
+
+
 # --- engine --------------------------------------------------------------------------
 
 
@@ -719,23 +890,22 @@ class TemplateEngine:
         """What would fail in ``source`` before any data is known, for save-time checks.
 
         A template that does not parse gives its parse error; one that parses gives one
-        problem per use of a filter this engine does not have, with its line and column.
+        problem per use of a filter this engine does not have, with its line and column,
+        and one per partial it names literally (``{% include 'card' %}``) that cannot be
+        loaded (missing, too long, not valid Liquid); the partials' own problems are
+        listed too, naming the partial. A partial named by a variable
+        (``{% include host.card %}``) is known only at run time and is not checked.
         Never raises.
         """
         try:
             template = self.parse(source, strict_variables=strict_variables)
         except TemplateError as exc:
             return [exc.message]
-        known = self._envs[strict_variables].filters
-        problems = []
-        for name, spans in template.analyze().filters.items():
-            if name in known:
-                continue
-            for span in spans:
-                line = source.count("\n", 0, span.index) + 1
-                column = span.index - (source.rfind("\n", 0, span.index) + 1) + 1
-                problems.append(f"unknown filter {name!r} at line {line}, column {column}")
-        return problems
+        checker = _Checker(self._envs[strict_variables], self._envs[False], self.limits)
+        try:
+            return checker.problems(template, source)
+        except Exception as exc:  # an unexpected failure of liquid's static analysis
+            return [*checker.found, _to_template_error(exc, "parse", self.limits).message]
 
     def render(
         self,

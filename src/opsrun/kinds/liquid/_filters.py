@@ -1,17 +1,20 @@
-"""The filters the sandbox adds to Liquid's own: ``last: n``, ``transcript``, ``uniq``."""
+"""The filters the sandbox adds to or replaces in Liquid's own: ``last: n``, ``transcript``,
+and linear-time ``uniq`` and ``strip_html``."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from liquid import Environment, Undefined
 from liquid.builtin.filters.array import last as _liquid_last
 from liquid.exceptions import FilterArgumentError
-from liquid.filter import int_arg, sequence_filter, with_environment
+from liquid.filter import int_arg, sequence_filter, string_filter, with_environment
 from liquid.stringify import to_liquid_string
 
-__all__ = ["last", "transcript", "uniq"]
+from ._html import strip_tags
+
+__all__ = ["last", "strip_html_filter", "transcript", "uniq"]
 
 # --- opsrun filters ----------------------------------------------------------------
 
@@ -91,3 +94,15 @@ def uniq(sequence: Sequence[Any], key: object = None) -> list[object]:
             seen_unhashable.append(probe)
         result.append(item)
     return result
+
+
+def strip_html_filter(tick: Callable[[], None]) -> Callable[..., str]:
+    """liquid's ``strip_html`` in linear time (the original is quadratic on unterminated
+    markup, see :mod:`._html`), calling ``tick`` as it goes so a time budget can stop it."""
+
+    @string_filter
+    def strip_html(value: str) -> str:
+        """``value`` without its HTML tags, comments and script or style contents."""
+        return strip_tags(value, tick=tick)
+
+    return strip_html
