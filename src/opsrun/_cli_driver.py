@@ -5,7 +5,9 @@
 keeps the plan between turns in ``<root>/.opsrun/driver/plan.json``, so
 ``opsrun plan turn --root . "plan: fix the import"`` followed by
 ``opsrun plan turn --root . ok`` applies the plan. Exit codes: 0 planned, applied or
-nothing to change; 1 the turn failed; 2 usage errors.
+nothing to change; 1 the turn failed; 2 usage errors, a damaged state file
+(``plan.json``, ``project.json``: its code and path are printed) or one that cannot be
+written.
 """
 
 from __future__ import annotations
@@ -128,19 +130,34 @@ async def _turn_async(args: argparse.Namespace, out: TextIO) -> int:
     except (ValueError, ConfigError) as exc:
         raise UsageProblem(str(exc)) from exc
     async with OpenAIProvider(args.model, base_url=args.base_url) as provider:
-        driver = PlanDriver(
-            provider=provider,
-            model=args.model,
-            root=root,
-            config=config,
-            state=FilePlanState(root / STATE_FILE),
-        )
-        result = await driver.turn(args.message)
+        try:
+            driver = PlanDriver(
+                provider=provider,
+                model=args.model,
+                root=root,
+                config=config,
+                state=FilePlanState(root / STATE_FILE),
+            )
+            result = await driver.turn(args.message)
+        except ConfigError as exc:  # a damaged plan.json or project.json, a bad root
+            raise UsageProblem(_state_problem(exc)) from exc
+        except OSError as exc:  # a state file that cannot be written (a linked .opsrun)
+            raise UsageProblem(f"{exc.strerror or exc}: {exc.filename or root}") from exc
     if args.json:
         out.write(json.dumps(_as_json(result), ensure_ascii=False, indent=2) + "\n")
     else:
         _print(result, out, args.root)
     return EXIT_FAILED if result.status == "failed" else EXIT_OK
+
+
+def _state_problem(exc: ConfigError) -> str:
+    """One line for a ConfigError: its code, the file at fault, and what to do."""
+    path = exc.details.get("path")
+    first = exc.message.splitlines()[0] if exc.message else exc.code
+    if path is None:
+        return f"[{exc.code}] {first[:300]}"
+    first = first.removeprefix(str(path)).lstrip(": ")
+    return f"[{exc.code}] {path}: {first[:300]} (fix or delete the file)"
 
 
 def _as_json(result: DriverResult) -> dict[str, Any]:

@@ -122,3 +122,34 @@ def test_report_on_written_traces(project: Path, capsys: pytest.CaptureFixture[s
     assert "fallback_rate: 25.00%" in out
     assert "reason ERR_PATCH_APPLY_FAILED: 1" in out
     assert "v2 only: not yet" in out
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "code"),
+    [
+        ("driver/plan.json", '{"goal": "x", "plan": {', "plan_state_invalid"),
+        (
+            "project.json",
+            '{"default_test_command": "pytest -q", "test_cmd": "x"}',
+            "memory_invalid",
+        ),
+    ],
+)
+def test_a_damaged_state_file_is_named_without_a_traceback(
+    project: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    text: str,
+    code: str,
+) -> None:
+    monkeypatch.setenv("OPSRUN_USER_PREFS", str(project / "user-prefs.json"))
+    damaged = project / ".opsrun" / name
+    damaged.parent.mkdir(parents=True)
+    damaged.write_text(text)
+    with FakeOpenAIServer([PLAN], default=None) as server:
+        assert main(turn(project, server, "ok")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"opsrun: [{code}] {damaged}: ")
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1

@@ -13,9 +13,14 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import signal
 import subprocess
+import tempfile
+import threading
+import time
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
+from typing import IO, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -99,8 +104,24 @@ def _execute(tree: Tree, journal: Journal, changes: list[Change]) -> list[str]:
     return done
 
 
-def _run_check(check: CheckCommand, root: Path, timeout: float) -> tuple[int | None, str]:
-    """Run the check; return (returncode, output) or raise ApplyError(ERR_CHECK_FAILED)."""
+def _stop_point(stop: threading.Event | None) -> None:
+    """Raise ``ERR_APPLY_CANCELLED`` when the apply was asked to stop."""
+    if stop is not None and stop.is_set():
+        raise ApplyError("the apply was cancelled", code="ERR_APPLY_CANCELLED")
+
+
+def _run_check(
+    check: CheckCommand, root: Path, timeout: float, stop: threading.Event | None = None
+) -> tuple[int | None, str]:
+    """Run the check; return (returncode, output) or raise ApplyError.
+
+    An argv check runs in its own process group (POSIX; its own process group on
+    Windows), killed whole when it times out or ``stop`` is set.
+
+    Raises:
+        ApplyError: ``ERR_CHECK_FAILED`` (failed, timed out, could not start) or
+            ``ERR_APPLY_CANCELLED`` (``stop`` was set while it ran).
+    """
     if callable(check):
         try:
             ok = check(root)
@@ -112,37 +133,82 @@ def _run_check(check: CheckCommand, root: Path, timeout: float) -> tuple[int | N
             raise ApplyError("the check returned False", code="ERR_CHECK_FAILED")
         return None, ""
     argv = shlex.split(check) if isinstance(check, str) else list(check)
-    try:
-        done = subprocess.run(
-            argv,
-            cwd=root,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            timeout=timeout,
-            check=False,
+    with tempfile.TemporaryFile() as sink:  # a file: no pipe to fill, none a child holds open
+        try:
+            process = subprocess.Popen(
+                argv,
+                cwd=root,
+                stdin=subprocess.DEVNULL,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                **_OWN_GROUP,
+            )
+        except OSError as exc:
+            raise ApplyError(
+                f"the check `{_command(argv)}` could not start: {exc.strerror or exc}",
+                code="ERR_CHECK_FAILED",
+                details={"argv": argv, "error": str(exc)},
+            ) from exc
+        try:
+            ended = _wait(process, timeout, stop)
+        finally:
+            if process.returncode is None:  # timed out, stopped, or interrupted
+                _kill_group(process)
+        output = _tail(_read_tail(sink))
+    if not ended:
+        _stop_point(stop)
+        raise ApplyError(
+            f"the check `{_command(argv)}` timed out after {timeout:g}s{_shown(output)}",
+            code="ERR_CHECK_FAILED",
+            details={"argv": argv, "timed_out": True, "output": output},
         )
-    except subprocess.TimeoutExpired as exc:
-        out = _tail(exc.output or b"")
+    if process.returncode != 0:
         raise ApplyError(
-            f"the check `{_command(argv)}` timed out after {timeout:g}s{_shown(out)}",
+            f"the check `{_command(argv)}` exited with status {process.returncode}{_shown(output)}",
             code="ERR_CHECK_FAILED",
-            details={"argv": argv, "timed_out": True, "output": out},
-        ) from exc
-    except OSError as exc:
-        raise ApplyError(
-            f"the check `{_command(argv)}` could not start: {exc.strerror or exc}",
-            code="ERR_CHECK_FAILED",
-            details={"argv": argv, "error": str(exc)},
-        ) from exc
-    output = _tail(done.stdout)
-    if done.returncode != 0:
-        raise ApplyError(
-            f"the check `{_command(argv)}` exited with status {done.returncode}{_shown(output)}",
-            code="ERR_CHECK_FAILED",
-            details={"argv": argv, "returncode": done.returncode, "output": output},
+            details={"argv": argv, "returncode": process.returncode, "output": output},
         )
-    return done.returncode, output
+    return process.returncode, output
+
+
+# POSIX: a new session (so a new process group); Windows: a new process group.
+_OWN_GROUP: dict[str, Any] = (
+    {"start_new_session": True}
+    if os.name == "posix"
+    else {"creationflags": getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)}
+)
+_POLL = 0.05
+
+
+def _wait(process: subprocess.Popen[bytes], timeout: float, stop: threading.Event | None) -> bool:
+    """Wait for ``process`` to end; False when ``timeout`` passed or ``stop`` was set first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or (stop is not None and stop.is_set()):
+            return False
+        try:
+            process.wait(timeout=remaining if stop is None else min(remaining, _POLL))
+        except subprocess.TimeoutExpired:
+            continue
+        return True
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    """Kill the check and, on POSIX, every process of its group; then reap it."""
+    if os.name == "posix":
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        process.kill()
+    process.wait()
+
+
+def _read_tail(file: IO[bytes]) -> bytes:
+    """The last bytes of the check's output file (enough for :data:`_OUTPUT_TAIL` characters)."""
+    size = file.seek(0, os.SEEK_END)
+    file.seek(max(0, size - 4 * _OUTPUT_TAIL))
+    return file.read()
 
 
 def _command(argv: Sequence[str]) -> str:
@@ -188,6 +254,7 @@ def apply_plan(
     fs: FileSystem | None = None,
     events: PlanEventSink | None = None,
     tolerance: PatchTolerance = "exact",
+    stop: threading.Event | None = None,
 ) -> ApplyResult:
     """Apply ``plan`` to the directory ``root`` as one transaction.
 
@@ -207,6 +274,10 @@ def apply_plan(
         tolerance: How sloppy a PATCH_FILE hunk may be: ``"exact"`` (GNU ``patch -F0``
             placement), ``"whitespace"`` or ``"loose"``; a hunk that does not match at
             its stated line and matches in several places is ``ERR_PATCH_AMBIGUOUS``.
+        stop: Set it (from another thread) to cancel the apply before it commits: a
+            running argv check is killed with its process group, what was written is
+            rolled back, and ``ERR_APPLY_CANCELLED`` is raised. Once committed, it has
+            no effect.
 
     Returns:
         The committed transaction; :func:`opsrun.protocol.undo` reverts it.
@@ -217,7 +288,8 @@ def apply_plan(
             ``ERR_DELETE_NOT_CONFIRMED``, ``ERR_BASE_MISMATCH`` / ``ERR_PATCH_*`` /
             ``ERR_RANGE_INVALID`` / ``ERR_NON_UTF8_FILE`` (nothing written),
             ``ERR_PATH_SYMLINK`` / ``ERR_PATH_ESCAPES_ROOT`` / ``ERR_PATH_PROTECTED``,
-            ``ERR_CHECK_FAILED``, ``ERR_IO``, ``ERR_TX_BUSY``. The tree is back to its
+            ``ERR_CHECK_FAILED``, ``ERR_APPLY_CANCELLED``, ``ERR_IO``, ``ERR_TX_BUSY``.
+            The tree is back to its
             old state, except with ``ERR_ROLLBACK_FAILED``: then call ``recover(root)``.
         ConfigError: ``tolerance`` is not a level.
     """
@@ -234,6 +306,7 @@ def apply_plan(
             policy,
             fs,
             tolerance,
+            stop,
         )
     except _RolledBack as rolled:
         error = rolled.error
@@ -271,6 +344,7 @@ def _apply(
     policy: PathPolicy | None,
     fs: FileSystem | None,
     tolerance: PatchTolerance = "exact",
+    stop: threading.Event | None = None,
 ) -> ApplyResult:
     blocking = validation_errors(plan, root, read_paths, limits, policy)
     if blocking:
@@ -293,13 +367,16 @@ def _apply(
         lock_fd, _ = open_locked(tree)
         changes = plan_changes(tree, plan, tolerance=tolerance)
         states = _snapshot(tree, changes)
+        _stop_point(stop)
         journal = begin(tree, states, lock_fd)
         changed = _execute(tree, journal, changes)
+        _stop_point(stop)
         returncode, output = (
             (None, "")
             if check is None
-            else (_run_check(check, Path(os.fspath(root)), check_timeout))
+            else (_run_check(check, Path(os.fspath(root)), check_timeout, stop))
         )
+        _stop_point(stop)
         journal.commit(after_state(tree, states))
         return ApplyResult(
             tx_id=journal.tx_id,

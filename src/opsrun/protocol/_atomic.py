@@ -3,6 +3,7 @@ file beside it, fsync, rename)."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
@@ -11,9 +12,12 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from opsrun.errors import ConfigError
+from opsrun.errors import ApplyError, ConfigError
 
-__all__ = ["read_model", "write_atomic"]
+from ._fs import FileSystem, Tree
+from ._journal import JOURNAL_DIR, ensure_dir
+
+__all__ = ["prepare_parent", "read_model", "write_atomic"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -40,10 +44,11 @@ def read_model(path: Path, model: type[M], *, code: str, what: str) -> M | None:
 def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Replace ``path`` with ``data``; a reader sees the old bytes or the new, never a mix.
 
-    The directory is created when missing. With ``durable`` the data is fsynced before the
-    rename. Raises ``OSError`` (the temporary file is removed).
+    The directory is created when missing (see :func:`prepare_parent`). With ``durable``
+    the data is fsynced before the rename. Raises ``OSError`` (the temporary file is
+    removed).
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    prepare_parent(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as file:
@@ -55,3 +60,27 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def prepare_parent(path: Path) -> None:
+    """Create the directory of ``path``. Inside a project's ``.opsrun``, through
+    :func:`ensure_dir`: ``.opsrun`` gets its ``.gitignore``, and no directory from
+    ``.opsrun`` down may be a link.
+
+    Raises:
+        OSError: a directory cannot be created; ``ELOOP`` when ``.opsrun`` or a
+            directory inside it is a link, ``ENOTDIR`` when one is not a directory.
+    """
+    parts = path.parent.parts
+    at = next((i for i, part in enumerate(parts) if part.casefold() == JOURNAL_DIR), None)
+    if at is None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return
+    tree = Tree(FileSystem(), Path(*parts[:at]) if at else Path("."))
+    try:
+        ensure_dir(tree, "/".join((JOURNAL_DIR, *parts[at + 1 :])))
+    except ApplyError as exc:
+        code = errno.ELOOP if exc.code == "ERR_PATH_SYMLINK" else errno.ENOTDIR
+        raise OSError(code, exc.message, str(path)) from exc
+    finally:
+        tree.close()

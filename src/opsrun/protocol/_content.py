@@ -51,9 +51,12 @@ _ELISION_LINE = (
     rf"|unchanged[ \t]*{_DOTS}"
     r"))"
 )
-_ELISION = re.compile(r"\n" + _ELISION_LINE)
+# The context diet's own marker, "...[TRUNCATED 1234 chars]...": a text holding it was
+# copied from a cut FILE block, so lines the model never saw are missing.
+_TRUNCATION_LINE = r"[ \t]*+\.\.\.\[TRUNCATED[ \t]++\d++[ \t]++chars\]\.\.\."
+_ELISION = re.compile(r"\n(?:" + _TRUNCATION_LINE + "|" + _ELISION_LINE + ")")
 # The same, on the "+" lines of a unified diff ("+++" headers excluded), read in place.
-_ADDED_ELISION = re.compile(r"\n\+(?!\+\+)" + _ELISION_LINE)
+_ADDED_ELISION = re.compile(r"\n\+(?!\+\+)(?:" + _TRUNCATION_LINE + "|" + _ELISION_LINE + ")")
 
 
 def utf8(text: str) -> bytes:
@@ -70,7 +73,8 @@ def elision_line(text: str) -> str | None:
     """Return the first line of ``text`` that elides code with a placeholder, or ``None``.
 
     Placeholders are comments (or bare ellipses) such as ``// ... existing code ...``
-    or ``# rest of file unchanged``; ordinary code and a bare ``...`` are not.
+    or ``# rest of file unchanged``, and the context diet's ``...[TRUNCATED N chars]...``
+    marker; ordinary code and a bare ``...`` are not.
     """
     match = _ELISION.search("\n" + text)
     if match is None:

@@ -31,7 +31,7 @@ import sys
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 import anyio
 
@@ -53,6 +53,7 @@ __all__ = [
     "SearchBlock",
     "read_file_block",
     "render_context",
+    "tail_text",
 ]
 
 
@@ -80,6 +81,20 @@ class FileBlock:
     end_line: int | None = None
     priority: int = 0
     truncated: int = 0
+
+    @property
+    def whole(self) -> bool:
+        """Whether the model sees every line of the file.
+
+        False when the diet cut the text, or when a line range leaves lines out. A
+        non-UTF-8 file, shown by its header only, counts as whole: it can only be
+        replaced whole.
+        """
+        if self.truncated:
+            return False
+        if self.text is None or (self.start_line is None and self.end_line is None):
+            return True
+        return len(self.text.encode("utf-8", "surrogatepass")) == self.size
 
     def header(self) -> str:
         """``FILE[path] (sha256=…, …):``."""
@@ -134,12 +149,28 @@ class EnvBlock:
         return f"ENV:\n{self.text}"
 
 
+REFUSAL_TEXT_CHARS = 200
+"""The most characters of a request (and of a reason) a refusal line echoes."""
+
+
+def _bounded(text: str) -> str:
+    return text if len(text) <= REFUSAL_TEXT_CHARS else text[: REFUSAL_TEXT_CHARS - 1] + "…"
+
+
 @dataclass(frozen=True, slots=True)
 class Refusal:
-    """A context request that was not fulfilled, and why (no content)."""
+    """A context request that was not fulfilled, and why (no content).
+
+    ``request`` and ``reason`` are cut to 200 characters each (the request is the
+    model's own text, which nothing else bounds).
+    """
 
     request: str
     reason: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "request", _bounded(self.request))
+        object.__setattr__(self, "reason", _bounded(self.reason))
 
     def render(self) -> str:
         """``REFUSED[request]: reason``."""
@@ -291,7 +322,8 @@ class FileSystemContext:
             text = where(last_n)
         else:
             try:
-                text = Path(self.root, where).read_text(encoding="utf-8", errors="replace")
+                with Path(self.root, where).open("rb") as file:
+                    text = tail_text(file, last_n, self.max_file_bytes)
             except OSError as exc:
                 return Refusal(request, f"unreadable ({exc.strerror or exc})")
         lines = text.splitlines()[-last_n:]
@@ -319,6 +351,31 @@ class FileSystemContext:
             "project_files": ", ".join(manifests) or "(none of the usual manifests)",
         }
         return EnvBlock("\n".join(f"{k}: {v}" for k, v in facts.items()))
+
+
+_TAIL_CHUNK = 64 * 1024
+
+
+def tail_text(file: BinaryIO, last_n: int, max_bytes: int) -> str:
+    """The end of a seekable binary file holding its last ``last_n`` lines, read backwards
+    in chunks of 64 KiB.
+
+    At most ``max_bytes`` are read however long the lines are; a line cut at that
+    bound is left out. Invalid UTF-8 is replaced.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    end = file.seek(0, os.SEEK_END)
+    start, data = end, b""
+    while start > 0 and data.count(b"\n") <= last_n and end - start < max_bytes:
+        step = min(_TAIL_CHUNK, start, max_bytes - (end - start))
+        start -= step
+        file.seek(start)
+        data = file.read(step) + data
+    if start > 0:  # the first line may be cut: keep only whole lines
+        data = data[data.find(b"\n") + 1 :] if b"\n" in data else b""
+    return data.decode("utf-8", "replace")
 
 
 def read_file_block(
@@ -349,8 +406,11 @@ def read_file_block(
             return Refusal(request, "no such file")
         if head.kind == "dir":
             return Refusal(request, "a directory, not a file")
-        state = tree.state(path)
+        state = tree.state(path, max_bytes=max_bytes)  # a bigger file is not read at all
     except OpsrunError as exc:
+        if exc.code == "ERR_FILE_TOO_LARGE":
+            size = exc.details.get("size")
+            return Refusal(request, f"too large ({size} bytes; the limit is {max_bytes})")
         return Refusal(request, f"{exc.code}: {exc.message}")
     except OSError as exc:
         return Refusal(request, f"unreadable ({exc.strerror or exc})")

@@ -6,10 +6,12 @@ With the default :class:`ContextLimits`:
    the marker ``...[TRUNCATED N chars]...`` (N is how many characters were removed; the
    marker stands on its own line and counts toward the limit);
 2. at most 8 blocks (FILE, SEARCH, LOGS, ENV; refusal lines do not count) are kept;
-3. the whole ``FULFILLED_CONTEXT`` section is at most 120,000 characters.
+3. the whole ``FULFILLED_CONTEXT`` section is at most 120,000 characters (refusal lines,
+   at most about 420 characters each, count).
 
-When blocks must go, SEARCH blocks go first, then LOGS, then ENV, then files found by
-heuristics (priority 1), and files the model or the user asked for (priority 0) last;
+When blocks must go, SEARCH blocks go first, then LOGS, then ENV, then refusal lines (for
+the total only), then files found by heuristics (priority 1), and files the model or the
+user asked for (priority 0) last;
 within a kind, the latest block goes first. Priority-0 files are never dropped for the
 total: they are cut, the latest first, but each keeps at least 4,000 characters (or all of
 it when shorter), so the section can exceed the total only by those floors. Hashes are
@@ -101,6 +103,9 @@ class Diet:
         }
 
 
+_KEPT = 5  # priority-0 files: cut, never dropped for the total
+
+
 def _rank(block: ContextBlock) -> int:
     """Drop order: lower goes first."""
     if isinstance(block, SearchBlock):
@@ -109,9 +114,9 @@ def _rank(block: ContextBlock) -> int:
         return 1
     if isinstance(block, EnvBlock):
         return 2
-    if isinstance(block, FileBlock):
-        return 3 if block.priority > 0 else 4
-    return 5  # refusals: a line each, never dropped
+    if isinstance(block, Refusal):
+        return 3  # a short line each: dropped only for the total
+    return 4 if block.priority > 0 else _KEPT
 
 
 def apply_diet(blocks: Sequence[ContextBlock], limits: ContextLimits) -> Diet:
@@ -127,7 +132,7 @@ def apply_diet(blocks: Sequence[ContextBlock], limits: ContextLimits) -> Diet:
         kept.append(block)
     # Candidates to drop, first to go first: by rank, then the latest first.
     order = sorted(
-        (i for i, b in enumerate(kept) if b is not None and _rank(b) < 5),
+        (i for i, b in enumerate(kept) if b is not None and _rank(b) < _KEPT),
         key=lambda i: (_rank(kept[i]), -i),  # type: ignore[arg-type]
     )
     dropped: list[int] = []
@@ -141,8 +146,8 @@ def apply_diet(blocks: Sequence[ContextBlock], limits: ContextLimits) -> Diet:
     for i in order:
         candidate = kept[i]
         assert candidate is not None  # only kept blocks are candidates, each once
-        over_count = counted() > limits.max_blocks
-        over_total = total() > limits.max_total_chars and _rank(candidate) < 4
+        over_count = counted() > limits.max_blocks and not isinstance(candidate, Refusal)
+        over_total = total() > limits.max_total_chars
         if not (over_count or over_total):
             continue
         kept[i] = None

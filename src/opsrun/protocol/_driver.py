@@ -13,23 +13,25 @@ from __future__ import annotations
 
 import os
 import shlex
+import threading
 import uuid
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import anyio
+from anyio.lowlevel import RunVar
 
-from opsrun._redact import redact_value
+from opsrun._redact import redact_text, redact_value
 from opsrun._retry import Sleep
 from opsrun.errors import ConfigError, OpsrunError, bound_text
 from opsrun.ports import LlmProvider, ProviderMessage
 
 from ._apply import ApplyResult, CheckCommand, apply_plan
 from ._context import (
-    FileBlock,
     FileSystemContext,
     ProjectContext,
     render_context,
@@ -44,15 +46,17 @@ from ._driver_parts import (
     Rejected,
     Round,
     block_summary,
+    shown_files,
     summarize,
     violations_of,
 )
 from ._driver_state import InMemoryPlanState, PlanState, SavedPlan
+from ._driver_thread import Stoppable, run_stoppable
 from ._events import PlanEvent, PlanEventSink, emit, log_event
 from ._gather import Gatherer
 from ._limits import Violation
 from ._memory import ProjectPrefs, UserPrefs, apply_memory_patch, check_memory_patch
-from ._memory_store import FileMemory, MemoryStore, memory_block
+from ._memory_store import FileMemory, MemoryStore, MemoryUpdater, memory_block
 from ._mode import Route, route
 from ._plan import ContextRequest, Plan
 from ._preview import DiffItem
@@ -62,6 +66,7 @@ from ._trace import TraceBuilder, write_trace
 __all__ = ["DriverResult", "PlanDriver", "TurnStatus"]
 
 TurnStatus = Literal["planned", "applied", "no_changes", "failed"]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,6 +105,11 @@ class DriverResult:
     next_mode: DriverMode | None = None
     memory_applied: dict[str, Any] = field(default_factory=dict)
     memory_dropped: tuple[Violation, ...] = ()
+
+
+_TURN_LOCKS: RunVar[weakref.WeakKeyDictionary[PlanDriver, anyio.Lock]] = RunVar(
+    "opsrun_plan_driver_turn_locks"
+)
 
 
 class PlanDriver:
@@ -160,7 +170,6 @@ class PlanDriver:
         self._events = events or log_event
         self._sleep = sleep
         self._formats = FormatMemory()
-        self._lock: anyio.Lock | None = None
 
     async def turn(self, message: str, *, report: str | None = None) -> DriverResult:
         """Handle one user message: PLAN or APPLY, as the message asks.
@@ -170,15 +179,31 @@ class PlanDriver:
 
         Turns on one driver run one at a time. Model misbehaviour (bad JSON, invalid
         plans, patches that do not apply, timeouts, provider errors) ends the turn with
-        ``status="failed"`` and a stable ``error_code``; it is never raised.
+        ``status="failed"`` and a stable ``error_code``; it is never raised. Events reach
+        the sink on the event loop's thread. A cancellation while applying stops the
+        apply (rolled back unless it had committed), lets the turn's bookkeeping finish
+        (saved plan, memory, trace), and is then raised.
 
         Raises:
-            ConfigError: the saved-plan state is unreadable (``plan_state_invalid``).
+            ConfigError: the saved-plan state is unreadable (``plan_state_invalid``), or
+                a preferences file is not valid preferences (``memory_invalid``).
+            OSError: the saved plan cannot be written (``FilePlanState``).
         """
-        if self._lock is None:
-            self._lock = anyio.Lock()
-        async with self._lock:
+        async with self._turn_lock():
             return await self._turn(message, report)
+
+    def _turn_lock(self) -> anyio.Lock:
+        """This driver's turn lock in the running event loop (one per loop, so a driver
+        may serve ``anyio.run`` after ``anyio.run``, on either backend)."""
+        try:
+            locks = _TURN_LOCKS.get()
+        except LookupError:
+            locks = weakref.WeakKeyDictionary()
+            _TURN_LOCKS.set(locks)
+        lock = locks.get(self)
+        if lock is None:
+            lock = locks[self] = anyio.Lock()
+        return lock
 
     async def _turn(self, message: str, report: str | None) -> DriverResult:
         saved = await self.state.load()
@@ -201,17 +226,22 @@ class PlanDriver:
             result = await turn.plan(chosen, hints)
         else:
             result = await turn.apply(chosen, saved if chosen.use_saved_plan else None, hints)
-        if result.plan is not None and result.status != "failed":
-            result = await turn.remember(result, message)
-        trace["context_stats"] = turn.context_stats
-        trace["cache_stats"] = turn.gather.cache.stats()
-        trace["context_rounds"] = turn.gather.rounds
-        trace["status"] = result.status
-        trace["error_code"] = result.error_code
-        trace["error_message"] = result.error_message
-        doc: dict[str, Any] = redact_value(trace.doc)
-        if self.config.write_traces:
-            await anyio.to_thread.run_sync(write_trace, self.root, doc)
+        # Cancelled while applying: what was done is final (committed, or rolled back), so
+        # the turn's bookkeeping finishes before the cancellation goes on.
+        with anyio.CancelScope(shield=turn.cancelled is not None):
+            if result.plan is not None and result.status != "failed":
+                result = await turn.remember(result, message)
+            trace["context_stats"] = turn.context_stats
+            trace["cache_stats"] = turn.gather.cache.stats()
+            trace["context_rounds"] = turn.gather.rounds
+            trace["status"] = result.status
+            trace["error_code"] = result.error_code
+            trace["error_message"] = result.error_message
+            doc: dict[str, Any] = redact_value(trace.doc)
+            if self.config.write_traces:
+                await anyio.to_thread.run_sync(write_trace, self.root, doc)
+        if turn.cancelled is not None:
+            await turn.cancelled.resume_cancel()
         return replace(result, trace=doc)
 
 
@@ -253,13 +283,34 @@ class _Turn:
             formats=driver._formats,
         )
         self.context_stats: dict[str, Any] = Diet((), (), 0).stats()
+        self.cancelled: Stoppable[ApplyResult] | None = None
+        self._loop_thread = threading.get_ident()
+        self._pending: list[tuple[str, dict[str, Any]]] = []
 
     def emit(self, name: str, **fields: Any) -> None:
+        """Send an event to the host's sink, always on the event loop's thread: an event
+        emitted in a worker thread waits there until :meth:`flush`."""
+        if threading.get_ident() != self._loop_thread:
+            self._pending.append((name, fields))
+            return
         emit(self.d._events, name, self.trace_id, **fields)
 
     def sink(self, event: PlanEvent) -> None:
         """The driver's sink, with this turn's trace id added (for apply_plan/preview_plan)."""
-        emit(self.d._events, event.name, self.trace_id, **event.fields)
+        self.emit(event.name, **event.fields)
+
+    def flush(self) -> None:
+        """Deliver, in order, the events worker threads emitted (on the loop's thread)."""
+        pending, self._pending = self._pending, []
+        for name, fields in pending:
+            emit(self.d._events, name, self.trace_id, **fields)
+
+    async def in_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in a worker thread; the events it emitted are delivered after it."""
+        try:
+            return await anyio.to_thread.run_sync(fn, *args)
+        finally:
+            self.flush()
 
     def result(self, mode: DriverMode, status: TurnStatus, **kw: Any) -> DriverResult:
         return DriverResult(
@@ -267,12 +318,16 @@ class _Turn:
         )
 
     def failed(self, mode: DriverMode, rejected: Rejected) -> DriverResult:
+        """A failed result; secrets in its message and violations are masked."""
         return self.result(
             mode,
             "failed",
             error_code=rejected.code,
-            error_message=rejected.message,
-            violations=rejected.violations,
+            error_message=redact_text(rejected.message),
+            violations=tuple(
+                v.model_copy(update={"message": redact_text(v.message)})
+                for v in rejected.violations
+            ),
             next_mode="plan" if rejected.back_to_plan else None,
         )
 
@@ -312,11 +367,11 @@ class _Turn:
         diet = self.gather.view()
         self.context_stats = diet.stats()
         blocks = diet.blocks
-        shown = {b.path: b.sha256 for b in blocks if isinstance(b, FileBlock)}
+        shown, partial = shown_files(blocks)
         self.trace["read_paths"] = list(shown)
         self.trace["context"] = [block_summary(b) for b in blocks]
         left = self.cfg.max_context_rounds - self.gather.rounds
-        return Round(mode, goal, blocks, saved_summary, shown, left)
+        return Round(mode, goal, blocks, saved_summary, shown, left, partial)
 
     async def next_round(self, wanted: Sequence[ContextRequest]) -> None:
         self.gather.rounds += 1
@@ -336,13 +391,13 @@ class _Turn:
         summary = saved.plan.summary if saved is not None else None
         version = self.cfg.protocol_version
         fallback_possible = version == 2 and self.cfg.fallback_to_v1
-        while True:
-            round_ = self.round("apply", goal, summary)
-            outcome = await self.attempt(round_, version, fallback_possible=fallback_possible)
-            if not (isinstance(outcome, Accepted) and outcome.more_context):
-                break
-            await self.next_round(self.gather.new(outcome.plan.context_requests))
-        if isinstance(outcome, Rejected) and outcome.fallback and fallback_possible:
+        outcome, round_ = await self.propose(goal, summary, version, fallback_possible)
+        if (
+            isinstance(outcome, Rejected)
+            and outcome.fallback
+            and fallback_possible
+            and not self.trace["protocol_fallback_attempted"]  # at most once per turn
+        ):
             self.trace["protocol_fallback_attempted"] = True
             self.trace["protocol_fallback_reason"] = outcome.code
             self.trace["protocol_fallback_stage"] = outcome.stage
@@ -352,7 +407,8 @@ class _Turn:
                 reason=outcome.code,
                 stage=outcome.stage,
             )
-            outcome = await self.attempt(round_, 1, fallback_possible=False)
+            await self.widen(round_)
+            outcome, round_ = await self.propose(goal, summary, 1, False)
         if isinstance(outcome, Rejected):
             return self.failed("apply", outcome)
         plan = outcome.plan
@@ -361,9 +417,20 @@ class _Turn:
             return self.result("apply", "no_changes", plan=plan)
         if not (plan.summary or "").strip():
             plan = plan.model_copy(update={"summary": summarize(plan)})
-        try:
-            applied = await anyio.to_thread.run_sync(self.apply_now, plan, round_)
-        except OpsrunError as exc:
+        check = self.check_command()
+        if isinstance(check, Rejected):
+            self.trace.add("errors", {"stage": "apply", "code": check.code})
+            return self.failed("apply", check)
+        run = await run_stoppable(
+            lambda stop: self.apply_now(plan, round_, check, stop), name="opsrun-apply"
+        )
+        self.flush()
+        if run.cancelled:
+            self.cancelled = run
+        if run.error is not None:
+            exc = run.error
+            if not isinstance(exc, OpsrunError):
+                raise exc
             self.trace.add("errors", {"stage": "apply", "code": exc.code})
             rejected = Rejected(
                 exc.code,
@@ -373,13 +440,34 @@ class _Turn:
                 back_to_plan=exc.code == "ERR_BASE_MISMATCH",
             )
             return self.failed("apply", rejected)
+        applied = run.value
+        assert applied is not None
         self.trace["apply"] = {
             "tx_id": applied.tx_id,
             "changed": list(applied.changed),
             "check_returncode": applied.check_returncode,
         }
-        await self.d.state.clear()
+        with anyio.CancelScope(shield=run.cancelled):  # committed: the plan is done
+            await self.d.state.clear()
         return self.result("apply", "applied", plan=plan, preview=outcome.preview, applied=applied)
+
+    async def propose(
+        self, goal: str, summary: str | None, version: int, fallback_possible: bool
+    ) -> tuple[Accepted | Rejected, Round]:
+        """APPLY attempts of one protocol version: a new round each time an answer asks for
+        context instead of acting (while rounds are left). Returns the outcome and its round."""
+        while True:
+            round_ = self.round("apply", goal, summary)
+            outcome = await self.attempt(round_, version, fallback_possible=fallback_possible)
+            if not (isinstance(outcome, Accepted) and outcome.more_context):
+                return outcome, round_
+            await self.next_round(self.gather.new(outcome.plan.context_requests))
+
+    async def widen(self, round_: Round) -> None:
+        """Before the v1 attempt (whole-file UPDATE_FILE), read whole the files the model saw
+        only in part, when each fits one file's budget (``ContextLimits.max_file_chars``)."""
+        budget = self.cfg.context.max_file_chars
+        await self.gather.read_whole(p for p, size in round_.partial.items() if size <= budget)
 
     async def remember(self, result: DriverResult, message: str) -> DriverResult:
         """Apply the accepted plan's memory_patch when the host allows it this turn."""
@@ -408,33 +496,69 @@ class _Turn:
             )
             record["dropped"].append(note.message)
             return replace(result, memory_dropped=(*problems, note))
-        user, project = apply_memory_patch(clean, self.user, self.project)
-        await self.d.memory.save(user, project)
+        try:
+            user, project = await self.save_memory(clean)
+        except Exception as exc:  # the turn's outcome (maybe a commit) must not be lost
+            note = Violation(
+                code="ERR_MEMORY_SAVE_FAILED",
+                message=f"memory_patch not saved: {bound_text(str(exc) or repr(exc), 300)}",
+                severity="warning",
+            )
+            record["dropped"].append(note.message)
+            return replace(result, memory_dropped=(*problems, note))
         self.user, self.project = user, project
         record["applied"] = sorted(clean)
         self.emit("MEMORY_UPDATED", keys=",".join(sorted(clean)))
         return replace(result, memory_applied=clean, memory_dropped=tuple(problems))
 
-    def check_command(self) -> CheckCommand | None:
-        """The configured check, else the project's test command (engineering memory)."""
+    async def save_memory(self, clean: dict[str, Any]) -> tuple[UserPrefs, ProjectPrefs]:
+        """Store checked memory_patch values; return the preferences now stored.
+
+        A store with ``update`` (:class:`MemoryUpdater`: ``FileMemory``, ``InMemoryMemory``)
+        sets just the patched keys on what it holds now; another store is given this
+        turn's preferences with the patch applied.
+
+        Raises:
+            Exception: whatever the store raises (``OSError``, ``ConfigError``…).
+        """
+        store = self.d.memory
+        if isinstance(store, MemoryUpdater):
+            return await store.update(clean)
+        user, project = apply_memory_patch(clean, self.user, self.project)
+        await store.save(user, project)
+        return user, project
+
+    def check_command(self) -> CheckCommand | Rejected | None:
+        """The configured check, else the project's test command (engineering memory).
+
+        Returns ``Rejected`` (``ERR_CHECK_COMMAND_INVALID``) when the project's command
+        cannot be split into words (an unclosed quote): no check is skipped silently.
+        """
         if self.cfg.check is not None:
             self.trace["check"] = "config"
             return self.cfg.check
         command = self.project.default_test_command
         if self.cfg.use_project_test_command and command:
+            self.trace["check"] = "project.default_test_command"
             try:
                 argv = shlex.split(command)
-            except ValueError:
-                return None
-            self.trace["check"] = "project.default_test_command"
+            except ValueError as exc:
+                return Rejected(
+                    "ERR_CHECK_COMMAND_INVALID",
+                    f"project.default_test_command {bound_text(command, 200)!r} is not a "
+                    f"command line ({exc}); fix it in engineering memory",
+                    "apply",
+                )
             return argv or None
         return None
 
-    def apply_now(self, plan: Plan, round_: Round) -> ApplyResult:
+    def apply_now(
+        self, plan: Plan, round_: Round, check: CheckCommand | None, stop: threading.Event
+    ) -> ApplyResult:
         return apply_plan(
             plan,
             self.d.root,
-            check=self.check_command(),
+            check=check,
             allow_delete=self.cfg.allow_delete,
             check_timeout=self.cfg.check_timeout,
             read_paths=tuple(round_.shown),
@@ -442,6 +566,7 @@ class _Turn:
             policy=self.cfg.policy,
             events=self.sink,
             tolerance=self.cfg.patch_tolerance,
+            stop=stop,
         )
 
     # -- one protocol attempt: propose, check, repair -----------------------------------
@@ -473,7 +598,7 @@ class _Turn:
             answer = await self.model.call(messages, version, purpose)
             if isinstance(answer, Rejected):
                 return answer
-            outcome = await anyio.to_thread.run_sync(
+            outcome = await self.in_thread(
                 self.checker.check, answer, round_, version, fallback_possible
             )
             if isinstance(outcome, Accepted):

@@ -55,33 +55,10 @@ class ModelCall:
         level = self.format_level()
         while True:
             request = self.request(messages, version, level)
-            input_chars = sum(len(m.content) for m in messages)
-            self.emit(
-                "LLM_REQUEST_SENT",
-                model=self.model,
-                provider=type(self.provider).__name__,
-                schema_version=version,
-                token_budget=request.max_output_tokens,
-                input_chars=input_chars,
-                response_format=level,
-                purpose=purpose,
-            )
-            record: dict[str, Any] = {
-                "purpose": purpose,
-                "protocol": version,
-                "response_format": level,
-                "input_chars": input_chars,
-                "max_tokens": request.max_output_tokens,
-            }
-            self.trace.add("calls", record)
-            outcome = await self.complete(request)
+            outcome = await self.complete(request, purpose, version, level)
             if isinstance(outcome, LlmResponse):
-                record.update(
-                    outcome="ok", finish_reason=outcome.finish_reason, chars=len(outcome.text)
-                )
                 self.trace.raw(outcome.text)
                 return outcome.text
-            record["outcome"] = outcome.code
             if isinstance(outcome, ResponseFormatRejected) and level != "none":
                 self.formats.rejected = True
                 self.trace["response_format_fallback"] = True
@@ -132,17 +109,43 @@ class ModelCall:
             meta={"trace_id": self.trace_id},
         )
 
-    async def complete(self, request: LlmRequest) -> LlmResponse | ProviderError:
-        """Call the provider with a time limit, retrying rate limits and outages."""
+    async def complete(
+        self, request: LlmRequest, purpose: str, version: int, level: str
+    ) -> LlmResponse | ProviderError:
+        """Call the provider with a time limit, retrying rate limits and outages.
+
+        Each attempt sends ``LLM_REQUEST_SENT`` and adds one record to the trace's
+        ``calls``, its outcome included: ``ok``, or the provider error's code.
+        """
+        input_chars = sum(len(m.content) for m in request.messages)
 
         async def attempt() -> LlmResponse | ProviderError:
-            try:
-                with anyio.fail_after(self.cfg.timeout):
-                    return await self.provider.complete(request)
-            except TimeoutError:
-                return ProviderTimeout(f"no answer within {self.cfg.timeout:g}s")
-            except ProviderError as exc:
-                return exc
+            self.emit(
+                "LLM_REQUEST_SENT",
+                model=self.model,
+                provider=type(self.provider).__name__,
+                schema_version=version,
+                token_budget=request.max_output_tokens,
+                input_chars=input_chars,
+                response_format=level,
+                purpose=purpose,
+            )
+            record: dict[str, Any] = {
+                "purpose": purpose,
+                "protocol": version,
+                "response_format": level,
+                "input_chars": input_chars,
+                "max_tokens": request.max_output_tokens,
+            }
+            self.trace.add("calls", record)
+            outcome = await self.attempt(request)
+            if isinstance(outcome, LlmResponse):
+                record.update(
+                    outcome="ok", finish_reason=outcome.finish_reason, chars=len(outcome.text)
+                )
+            else:
+                record["outcome"] = outcome.code
+            return outcome
 
         retried = await call_with_retries(
             attempt,
@@ -155,3 +158,17 @@ class ModelCall:
             sleep=self.sleep,
         )
         return retried.value
+
+    async def attempt(self, request: LlmRequest) -> LlmResponse | ProviderError:
+        """One provider call within ``timeout``; a failure is returned, not raised: a
+        provider error as it is, any other exception as ``ProviderError``
+        (``provider_error``)."""
+        try:
+            with anyio.fail_after(self.cfg.timeout):
+                return await self.provider.complete(request)
+        except TimeoutError:
+            return ProviderTimeout(f"no answer within {self.cfg.timeout:g}s")
+        except ProviderError as exc:
+            return exc
+        except Exception as exc:  # an adapter's bug or an unmapped client error
+            return ProviderError(f"the provider raised {bound_text(repr(exc), 300)}")

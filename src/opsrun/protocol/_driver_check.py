@@ -26,12 +26,34 @@ from ._events import PlanEvent
 from ._gather import Gatherer
 from ._limits import Violation
 from ._parse import parse_plan
-from ._plan import Plan
+from ._plan import ActionKind, Plan
 from ._preview import preview_plan
 from ._trace import TraceBuilder
-from ._validate import NO_CHANGES_PREFIX, validate_plan
+from ._validate import NO_CHANGES_PREFIX, read_key, validate_plan
 
-__all__ = ["AnswerCheck"]
+__all__ = ["AnswerCheck", "shown_in_part"]
+
+
+def shown_in_part(plan: Plan, round_: Round) -> list[Violation]:
+    """``ERR_FILE_SHOWN_IN_PART`` for each UPDATE_FILE of a file the model saw only in part.
+
+    A whole-file UPDATE_FILE written from a range, or from a text the diet cut, would
+    delete the lines the model never saw. Never raises.
+    """
+    partial = {read_key(path) for path in round_.partial}
+    if not partial:
+        return []
+    return [
+        Violation(
+            code="ERR_FILE_SHOWN_IN_PART",
+            message=f"{action.path} was shown only in part; replacing it whole would delete "
+            "the lines not shown",
+            path=action.path,
+            action_index=index,
+        )
+        for index, action in enumerate(plan.actions)
+        if action.kind is ActionKind.UPDATE_FILE and read_key(action.path) in partial
+    ]
 
 
 @dataclass(slots=True, kw_only=True)
@@ -50,6 +72,8 @@ class AnswerCheck:
     ) -> Accepted | Rejected:
         """Parse, validate and (in APPLY) preview one answer."""
         lim = self.cfg.limits
+        # The turn falls back to v1 at most once (here at the schema stage, or later).
+        fallback_possible = fallback_possible and not self.trace["protocol_fallback_attempted"]
         # Best-effort parsing always: a provider's enforced format yields bare JSON anyway,
         # and local validation runs in every case.
         try:
@@ -87,6 +111,8 @@ class AnswerCheck:
             limits=lim,
             policy=self.cfg.policy,
         )
+        if round_.mode == "apply":  # the root cause first: it names the repair
+            found = shown_in_part(plan, round_) + found
         # A bad context request is answered with a REFUSED line, not a repair round.
         blocking = tuple(v for v in found if v.blocking and v.code not in ANSWERED_BY_REFUSAL)
         if blocking:

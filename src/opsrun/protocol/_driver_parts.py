@@ -23,6 +23,7 @@ __all__ = [
     "Rejected",
     "Round",
     "block_summary",
+    "shown_files",
     "summarize",
     "violation",
     "violations_of",
@@ -67,6 +68,19 @@ class Round:
     saved_summary: str | None = None
     shown: dict[str, str] = field(default_factory=dict)  # path -> sha256 shown
     rounds_left: int = 0
+    partial: dict[str, int] = field(default_factory=dict)  # path -> size, shown only in part
+
+
+def shown_files(blocks: Sequence[ContextBlock]) -> tuple[dict[str, str], dict[str, int]]:
+    """The files ``blocks`` show (path → sha256) and those shown only in part (path → size).
+
+    A file shown whole by any block is not partial, even when another block shows a
+    range of it.
+    """
+    files = [b for b in blocks if isinstance(b, FileBlock)]
+    whole = {b.path for b in files if b.whole}
+    partial = {b.path: b.size for b in files if b.path not in whole}
+    return {b.path: b.sha256 for b in files}, partial
 
 
 def violation(code: str, message: str) -> Violation:

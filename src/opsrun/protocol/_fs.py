@@ -10,6 +10,7 @@ time, so no string trick and no symbolic link can lead a write outside the root.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -211,7 +212,8 @@ class Tree:
                     if not create:
                         self.fs.close(fd)
                         return None
-                    self.fs.mkdir(segment, 0o755, dir_fd=fd)
+                    with contextlib.suppress(FileExistsError):  # made meanwhile: opened below
+                        self.fs.mkdir(segment, 0o755, dir_fd=fd)
                 elif stat.S_ISLNK(st.st_mode):
                     raise _symlink(path, where)
                 elif not stat.S_ISDIR(st.st_mode):
@@ -233,12 +235,16 @@ class Tree:
             raise
         return fd, segments[-1]
 
-    def state(self, path: str, *, read: bool = True, journal: bool = False) -> PathState:
+    def state(
+        self, path: str, *, read: bool = True, journal: bool = False, max_bytes: int | None = None
+    ) -> PathState:
         """Return what ``path`` holds now, reading a file's bytes when ``read``.
 
         Raises:
             ApplyError: as :meth:`parent`, and ``ERR_PATH_SYMLINK`` / ``ERR_TARGET_TYPE``
-                for a link or a special file at ``path`` itself.
+                for a link or a special file at ``path`` itself; ``ERR_FILE_TOO_LARGE``
+                (``details["size"]``) when ``read`` and the file is larger than
+                ``max_bytes``: it is refused before a byte is read.
         """
         found = self.parent(path, journal=journal)
         if found is None:
@@ -262,6 +268,12 @@ class Tree:
                 )
             if not read:
                 return PathState("file", mode, owner=owner)
+            if max_bytes is not None and st.st_size > max_bytes:
+                raise ApplyError(
+                    f"{path!r} is larger than {max_bytes} bytes",
+                    code="ERR_FILE_TOO_LARGE",
+                    details={"path": path, "size": st.st_size},
+                )
             file_fd = self.fs.open(leaf, os.O_RDONLY | _O_NOFOLLOW, dir_fd=fd)
             try:
                 return PathState("file", mode, self.fs.read(file_fd), owner)
@@ -354,7 +366,8 @@ class Tree:
         try:
             st = self.fs.lstat(leaf, dir_fd=fd)
             if st is None:
-                self.fs.mkdir(leaf, 0o700, dir_fd=fd)
+                with contextlib.suppress(FileExistsError):  # made meanwhile: opened below
+                    self.fs.mkdir(leaf, 0o700, dir_fd=fd)
             elif stat.S_ISLNK(st.st_mode):
                 raise _symlink(path, path)
             elif not stat.S_ISDIR(st.st_mode):

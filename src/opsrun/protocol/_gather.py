@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ._autocollect import collect
-from ._context import ContextBlock, ContextCache, ProjectContext, Refusal
+from ._context import ContextBlock, ContextCache, FileBlock, ProjectContext, Refusal
 from ._diet import ContextLimits, Diet, apply_diet
 from ._plan import ContextRequest, ContextRequestType
 
@@ -89,6 +89,20 @@ class Gatherer:
         """Fetch each request not fulfilled yet and add its block."""
         for request in self.new(requests):
             await self._add(request)
+
+    async def read_whole(self, paths: Iterable[str]) -> None:
+        """Read each of ``paths`` whole; where that succeeds, drop the line ranges of it."""
+        for path in paths:
+            await self._add(ContextRequest(type="read_file", path=path))
+            if any(
+                isinstance(b, FileBlock) and b.path == path and b.whole and b.text is not None
+                for b in self.blocks
+            ):
+                self.blocks = [
+                    b
+                    for b in self.blocks
+                    if not (isinstance(b, FileBlock) and b.path == path and not b.whole)
+                ]
 
     async def _add(self, request: ContextRequest, *, priority: int = 0) -> None:
         key = request_key(request)

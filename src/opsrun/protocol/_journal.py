@@ -161,8 +161,7 @@ def lock(tree: Tree) -> int:
     Raises:
         ApplyError: ``ERR_TX_BUSY`` when another transaction holds it.
     """
-    tree.mkdir(JOURNAL_DIR, 0o755, journal=True)
-    _ignore_itself(tree)
+    ensure_dir(tree)
     found = tree.parent(_LOCK, journal=True)
     assert found is not None
     dir_fd, leaf = found
@@ -198,6 +197,20 @@ _GITIGNORE_TEMP = ".gitignore.opsrun-tmp"
 _GITIGNORE_TEXT = (
     b"# opsrun's journal and traces; project.json holds shared preferences\n*\n!project.json\n"
 )
+
+
+def ensure_dir(tree: Tree, path: str = JOURNAL_DIR) -> None:
+    """Create ``path`` (``.opsrun`` or a directory inside it) and keep ``.opsrun`` out of
+    ``git status``: the one way every writer of ``.opsrun`` prepares it.
+
+    Raises:
+        ApplyError: ``ERR_PATH_SYMLINK`` when ``.opsrun`` or a directory on the way is a
+            link (nothing is written through it), ``ERR_TARGET_TYPE`` when one is not a
+            directory.
+        OSError: a directory cannot be created.
+    """
+    tree.mkdir(path, 0o755, journal=True)
+    _ignore_itself(tree)
 
 
 def _ignore_itself(tree: Tree) -> None:

@@ -10,11 +10,12 @@ unchanged", so a provider that must send every key can send ``null`` for most.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter
 from pydantic import ValidationError as PydanticValidationError
 
 from ._limits import Violation
@@ -72,8 +73,16 @@ class _Key:
     type_name: str
 
 
+def _shell_words(value: str) -> str:
+    """``value`` when :func:`shlex.split` can split it (no unclosed quote), else ValueError."""
+    shlex.split(value)
+    return value
+
+
 _STR: TypeAdapter[Any] = TypeAdapter(str)
 _STR_LIST: TypeAdapter[Any] = TypeAdapter(list[str])
+_COMMAND: TypeAdapter[Any] = TypeAdapter(Annotated[str, AfterValidator(_shell_words)])
+_COMMAND_TYPE = "string of shell words (no unclosed quote)"
 
 
 def _key(dotted: str, adapter: TypeAdapter[Any], type_name: str) -> tuple[str, _Key]:
@@ -90,11 +99,11 @@ MEMORY_PATCH_KEYS: Mapping[str, _Key] = dict(
         _key("user.risk_tolerance", TypeAdapter(RiskTolerance), "low|medium|high"),
         _key("user.default_language", _STR, "string"),
         _key("user.output_format", TypeAdapter(OutputFormat), "patch_first|plan_first|plan|apply"),
-        _key("project.default_test_command", _STR, "string"),
-        _key("project.default_lint_command", _STR, "string"),
-        _key("project.default_format_command", _STR, "string"),
+        _key("project.default_test_command", _COMMAND, _COMMAND_TYPE),
+        _key("project.default_lint_command", _COMMAND, _COMMAND_TYPE),
+        _key("project.default_format_command", _COMMAND, _COMMAND_TYPE),
         _key("project.package_manager", _STR, "string"),
-        _key("project.build_command", _STR, "string"),
+        _key("project.build_command", _COMMAND, _COMMAND_TYPE),
         _key("project.src_roots", _STR_LIST, "array of strings"),
         _key("project.test_roots", _STR_LIST, "array of strings"),
         _key("project.ci_notes", _STR, "string"),

@@ -123,6 +123,12 @@ REPAIR_HINTS: Final[dict[str, str]] = {
         "REPAIR_ERR_V2_UPDATE_EXISTING_FORBIDDEN: the file exists: generate PATCH_FILE (a "
         "unified diff with base_sha256) instead of UPDATE_FILE."
     ),
+    "ERR_FILE_SHOWN_IN_PART": (
+        "REPAIR_ERR_FILE_SHOWN_IN_PART: you saw only part of this file, so UPDATE_FILE would "
+        "delete the lines you did not see: change it with PATCH_FILE (protocol v2), or leave "
+        'it alone; to see all of it, return "actions": [] with a read_file context request '
+        "without a line range."
+    ),
     "ERR_PATCH_NOT_UNIFIED": (
         'REPAIR_ERR_PATCH_NOT_UNIFIED: "patch" must be a unified diff: "--- a/<path>", '
         '"+++ b/<path>" and "@@ -l,n +l,n @@" hunks with " ", "-" and "+" lines.'

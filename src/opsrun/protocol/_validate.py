@@ -85,7 +85,7 @@ _UNSAFE_GLOB_CODES = frozenset(
 )
 
 
-def _read_key(path: str) -> str:
+def read_key(path: str) -> str:
     return "/".join(s for s in path_segments(unicodedata.normalize("NFC", path)) if s != ".")
 
 
@@ -168,7 +168,7 @@ class _Run:
         self.plan = plan
         self.mode = mode
         self.root = root
-        self.read = None if read_paths is None else {_read_key(p) for p in read_paths}
+        self.read = None if read_paths is None else {read_key(p) for p in read_paths}
         self.limits = limits
         self.policy = policy
         self.version = plan.version
@@ -299,7 +299,7 @@ class _Run:
             and self.mode == "apply"
             and kind in EDIT_KINDS
             and not codes
-            and _read_key(path) not in self.read
+            and read_key(path) not in self.read
         ):
             add("ERR_UPDATE_WITHOUT_BASE", f"{kind.value} of a file that was not read in PLAN")
         return not codes, size
