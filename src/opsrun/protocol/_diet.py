@@ -132,7 +132,7 @@ def apply_diet(blocks: Sequence[ContextBlock], limits: ContextLimits) -> Diet:
         kept.append(block)
     # Candidates to drop, first to go first: by rank, then the latest first.
     order = sorted(
-        (i for i, b in enumerate(kept) if b is not None and _rank(b) < _KEPT),
+        (i for i, b in enumerate(kept) if b is not None),
         key=lambda i: (_rank(kept[i]), -i),  # type: ignore[arg-type]
     )
     dropped: list[int] = []
@@ -147,7 +147,7 @@ def apply_diet(blocks: Sequence[ContextBlock], limits: ContextLimits) -> Diet:
         candidate = kept[i]
         assert candidate is not None  # only kept blocks are candidates, each once
         over_count = counted() > limits.max_blocks and not isinstance(candidate, Refusal)
-        over_total = total() > limits.max_total_chars
+        over_total = total() > limits.max_total_chars and _rank(candidate) < _KEPT
         if not (over_count or over_total):
             continue
         kept[i] = None
