@@ -38,7 +38,7 @@ EXPECTED: dict[str, str] = {
         ChatRole ChatSummary ContentFormat DebugConfig DomainRole DurableRetention
         FailedDetails FailedType
         FinishReason Hook InclusionAction InclusionRecord InsertAtDepth
-        InsertAtDepthTarget JsonObject JsonValue LlmParams MainLlmCall MainLlmDelta
+        InsertAtDepthTarget JsonObject JsonValue LlmParams MAX_JSON_DEPTH MainLlmCall MainLlmDelta
         MainLlmFinished MainLlmStarted MainLlmStatus MessageVariant Model
         OperationCapabilities OperationConfig OperationDefinition OperationEffects
         OperationError OperationFinished OperationProfile OperationProfileSession

@@ -52,6 +52,7 @@ from jsonschema.exceptions import UnknownType, best_match
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 from pydantic import BaseModel
+from pydantic_core import PydanticCustomError
 from referencing import Registry
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012, specification_with
@@ -81,6 +82,7 @@ from ..errors import (
     bound_text,
 )
 from ..model import (
+    MAX_JSON_DEPTH,
     ContentFormat,
     LlmParams,
     OperationDefinition,
@@ -88,6 +90,7 @@ from ..model import (
     OperationResult,
     Usage,
 )
+from ..model._base import well_formed
 from ..operations import Operation, OperationContext
 from ..ports import (
     STRUCTURED_OUTPUT_LEVELS,
@@ -199,14 +202,19 @@ def parse_json_reply(text: str) -> Any:
 
     Raises:
         ValueError: the text is not JSON (``json.JSONDecodeError`` included), or it is
-            nested deeper than the parser allows.
+            nested deeper than a stored value may be (``MAX_JSON_DEPTH`` levels).
     """
     fenced = _FENCE.match(text)
     body = fenced.group("body") if fenced else text
+    too_deep = f"it is nested deeper than {MAX_JSON_DEPTH} levels"
     try:
-        return json.loads(body, parse_constant=_reject_constant)
+        value = json.loads(body, parse_constant=_reject_constant)
     except RecursionError as exc:
-        raise ValueError("it is nested deeper than the JSON parser allows") from exc
+        raise ValueError(too_deep) from exc
+    try:
+        return well_formed(value)
+    except PydanticCustomError as exc:
+        raise ValueError(too_deep) from exc
 
 
 def _unresolvable_ref(schema: Mapping[str, Any]) -> str | None:

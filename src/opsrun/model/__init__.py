@@ -28,6 +28,7 @@ from ._artifact import VersionSelector as VersionSelector
 from ._artifact import WindowRetention as WindowRetention
 from ._artifact import WriteArtifactSpec as WriteArtifactSpec
 from ._artifact import check_tag as check_tag
+from ._base import MAX_JSON_DEPTH as MAX_JSON_DEPTH
 from ._base import JsonObject as JsonObject
 from ._base import JsonValue as JsonValue
 from ._base import Model as Model
@@ -119,6 +120,7 @@ def profile_json_schema() -> dict[str, Any]:
 
 
 __all__ = [
+    "MAX_JSON_DEPTH",
     "AfterLastUser",
     "AfterMessageId",
     "Anchor",

@@ -9,9 +9,9 @@ import re
 from datetime import datetime
 from typing import Annotated, Literal, TypeAlias
 
-from pydantic import AfterValidator, Field, TypeAdapter
+from pydantic import AfterValidator, Field, TypeAdapter, field_validator
 
-from ._base import JsonObject, JsonValue, Model
+from ._base import JsonObject, JsonValue, Model, well_formed
 from ._enums import ArtifactUsage, ContentFormat, DomainRole
 
 TAG_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
@@ -269,6 +269,8 @@ class ArtifactWrite(Model):
     """How it enters later prompts; None keeps the current rule."""
     ui_presentation: UiPresentation | None = None
     """How the UI shows it; None keeps the current rule."""
+
+    _well_formed = field_validator("value", mode="after")(well_formed)
 
 
 class WriteArtifactSpec(Model):

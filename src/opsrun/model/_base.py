@@ -44,18 +44,68 @@ def check_id(value: object) -> object:
     return value
 
 
+MAX_JSON_DEPTH = 100
+"""How deeply a JSON value kept in a record may nest (``[[1]]`` is 2 levels deep).
+
+Every store, serialiser and parser a record passes through handles this depth; a
+deeper value would be stored by one and refused, or crash the interpreter's stack,
+in another."""
+
+
 def well_formed(value: Any) -> Any:
     """``value`` (a string, or JSON made of dicts, lists and scalars) with each lone
     UTF-16 surrogate replaced by U+FFFD and each surrogate pair joined into its
-    character, so it encodes as UTF-8 (a JavaScript client may send half an emoji)."""
+    character, so it encodes as UTF-8 (a JavaScript client may send half an emoji).
+    ``value`` itself when it needs no change.
+
+    Raises:
+        PydanticCustomError: it nests deeper than :data:`MAX_JSON_DEPTH` (error type
+            ``json_too_deep``).
+    """
     if isinstance(value, str):
-        if _SURROGATE.search(value) is None:
-            return value
-        return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+        return _well_formed_text(value)
+    if not isinstance(value, dict | list | tuple):
+        return value
+    # One pass without recursion (a value may be nested deeper than the stack): the
+    # depth check, and whether any text needs mending.
+    mend = False
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise PydanticCustomError(
+                "json_too_deep",
+                "a JSON value may nest at most {limit} levels deep",
+                {"limit": MAX_JSON_DEPTH},
+            )
+        children = item.values() if isinstance(item, dict) else item
+        for child in children:
+            if isinstance(child, str):
+                mend = mend or _SURROGATE.search(child) is not None
+            elif isinstance(child, dict | list | tuple):
+                stack.append((child, depth + 1))
+        if isinstance(item, dict) and not mend:
+            mend = any(isinstance(k, str) and _SURROGATE.search(k) for k in item)
+    return mended(value) if mend else value
+
+
+def _well_formed_text(text: str) -> str:
+    if _SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def mended(value: Any) -> Any:
+    """``value`` (JSON made of dicts, lists, tuples and scalars) with its text mended as
+    :func:`well_formed` mends it; recursive, for values whose depth is checked."""
+    if isinstance(value, str):
+        return _well_formed_text(value)
     if isinstance(value, dict):
-        return {well_formed(k): well_formed(v) for k, v in value.items()}
+        return {mended(k): mended(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [well_formed(v) for v in value]
+        return [mended(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(mended(v) for v in value)
     return value
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from ._base import JsonObject, Model
+from ._base import JsonObject, Model, check_id, well_formed
 from ._enums import ChatRole, DomainRole
 
 
@@ -28,6 +28,9 @@ class MessageVariant(Model):
     created_at: datetime | None = None
     """When it was created."""
 
+    _id = field_validator("variant_id", mode="before")(check_id)
+    _well_formed = field_validator("content", "blocks", "meta", mode="after")(well_formed)
+
 
 class ChatMessage(Model):
     """A message of the chat history; its selected variant gives its text."""
@@ -48,6 +51,10 @@ class ChatMessage(Model):
     """For assistant messages: the user message id of their turn."""
     created_at: datetime | None = None
     """When it was created."""
+
+    _ids = field_validator(
+        "message_id", "chat_id", "branch_id", "selected_variant_id", "turn_id", mode="before"
+    )(check_id)
 
     @model_validator(mode="after")
     def _selected_exists(self) -> ChatMessage:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, TypeAlias
 
-from pydantic import Field, TypeAdapter, model_validator
+from pydantic import Field, TypeAdapter, field_validator, model_validator
 
 from ._artifact import ArtifactWrite
-from ._base import JsonObject, Model
+from ._base import JsonObject, Model, well_formed
 from ._build import Builder
 from ._enums import DomainRole, OperationStatus, SkippedReason
 
@@ -29,6 +29,8 @@ class AppendAfterLastUser(Model):
     """Where its text came from, e.g. ``art.augmentation_notes``; the prompt snapshot
     keeps it as the message source's ``note``."""
 
+    _well_formed = field_validator("content", mode="after")(well_formed)
+
 
 class SystemUpdate(Model):
     """Prepend to, append to, or replace the system prompt."""
@@ -41,6 +43,8 @@ class SystemUpdate(Model):
     source: str | None = None
     """Where its text came from; the prompt snapshot keeps it as the message source's
     ``note``."""
+
+    _well_formed = field_validator("content", mode="after")(well_formed)
 
 
 class InsertAtDepth(Model):
@@ -56,6 +60,8 @@ class InsertAtDepth(Model):
     source: str | None = None
     """Where its text came from; the prompt snapshot keeps it as the message source's
     ``note``."""
+
+    _well_formed = field_validator("content", mode="after")(well_formed)
 
 
 PromptEffect: TypeAlias = Annotated[
@@ -75,6 +81,8 @@ class UserVariant(Model):
     select: bool = True
     """Make it the selected variant."""
 
+    _well_formed = field_validator("content", mode="after")(well_formed)
+
 
 class AssistantVariant(Model):
     """Add a variant of the current assistant message (after_main_llm only)."""
@@ -85,6 +93,8 @@ class AssistantVariant(Model):
     select: bool = True
     """Make it the selected variant."""
 
+    _well_formed = field_validator("content", mode="after")(well_formed)
+
 
 class AssistantBlocks(Model):
     """Set the UI blocks of the selected assistant variant (after_main_llm only)."""
@@ -93,6 +103,8 @@ class AssistantBlocks(Model):
     blocks: tuple[JsonObject, ...]
     """Structured UI blocks."""
 
+    _well_formed = field_validator("blocks", mode="after")(well_formed)
+
 
 class AssistantMeta(Model):
     """Merge keys into the meta of the selected assistant variant (after_main_llm only)."""
@@ -100,6 +112,8 @@ class AssistantMeta(Model):
     type: Literal["turn.assistant_meta"] = "turn.assistant_meta"
     meta: JsonObject
     """Keys to set."""
+
+    _well_formed = field_validator("meta", mode="after")(well_formed)
 
 
 TurnEffect: TypeAlias = Annotated[

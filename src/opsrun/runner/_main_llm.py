@@ -31,6 +31,7 @@ from ..model import (
     MainLlmStatus,
     OperationError,
 )
+from ..model._base import well_formed
 from ..model._build import Builder
 from ..ports import MainLlmDone, MainLlmRequest
 from ..prompt import EffectivePrompt, prompt_hash, take_snapshot, to_provider_messages
@@ -194,7 +195,9 @@ def _ended(
             "finish_reason": reason,
             "provider_finish_reason": _provider_reason(done),
             "error": error,
-            "text": done.text if done is not None else "".join(stream.parts),
+            # A JSON escape of half a surrogate pair per delta decodes to lone
+            # surrogates: joined here, so the text has a UTF-8 form.
+            "text": well_formed(done.text if done is not None else "".join(stream.parts)),
             "usage": done.usage if done else None,
             "attempts": calls,
             "finished_at": ctx.clock.now(),

@@ -10,7 +10,9 @@ from pydantic import TypeAdapter
 
 from ...errors import NotFound
 from ...model import OperationRun, Page, Run, RunEvent, RunEventAdapter, RunStatus
+from ...model._base import mended
 from .._cursor import check_limit, check_prune, decode_cursor, encode_cursor, micros
+from .._json import record_json, values_json
 from ._branches import BranchHolds
 from ._db import Database
 from ._follow import RunState, channel, follow, notify
@@ -38,10 +40,10 @@ def _holds(held: Run, claimant: Run) -> bool:
     return held.status != RunStatus.RUNNING or lease is None or lease >= claimant.started_at
 
 
-def _without_nul(text: str | None) -> str | None:
-    """``text`` with each NUL replaced by U+FFFD, for a ``text`` column (which cannot
-    hold NUL)."""
-    return None if text is None else text.replace("\x00", "\ufffd")
+def _column_text(text: str | None) -> str | None:
+    """``text`` for a ``text`` column, which cannot hold NUL or a lone UTF-16 surrogate:
+    each is replaced by U+FFFD."""
+    return None if text is None else mended(text).replace("\x00", "\ufffd")
 
 
 def _run_row(run: Run) -> tuple[object, ...]:
@@ -56,9 +58,9 @@ def _run_row(run: Run) -> tuple[object, ...]:
         # reads (is it ``lease_expired``?), so it keeps NUL as U+FFFD. The record (a
         # `json` column, which keeps the escape \u0000) holds the reason as given, and
         # every read returns the record's.
-        _without_nul(run.abort_reason),
+        _column_text(run.abort_reason),
         _utc(run.started_at),
-        run.model_dump_json(),
+        record_json(run),
     )
 
 
@@ -242,7 +244,7 @@ class PostgresRunStore:
         Raises:
             StoreError: PostgreSQL failed.
         """
-        records = _OPERATION_RUNS.dump_json(list(operation_runs)).decode()
+        records = values_json(_OPERATION_RUNS, list(operation_runs))
         params = (*_run_row(run), records)
         await self._db.call(
             lambda conn: conn.execute(self._sql.save_run, params), transaction=False
@@ -281,7 +283,7 @@ class PostgresRunStore:
             [e.type for e in events],
             # One JSON array (each event's text is kept as written): cheaper to send
             # than an array of texts, whose quotes would all be escaped.
-            "[" + ",".join(RunEventAdapter.dump_json(e).decode() for e in events) + "]",
+            "[" + ",".join(values_json(RunEventAdapter, e) for e in events) + "]",
             channel(self._db.schema, run_id),
         )
         await self._db.call(lambda conn: conn.execute(self._sql.append, params), transaction=False)

@@ -19,6 +19,7 @@ from ...model import (
     Page,
 )
 from .._cursor import check_limit, decode_cursor, encode_cursor, micros
+from .._json import record_json
 from ._db import Database
 from ._schema import Conn, statement
 
@@ -76,7 +77,7 @@ class PostgresProfileStore:
         Raises:
             StoreError: PostgreSQL failed.
         """
-        params = (profile.profile_id, profile.model_dump_json())
+        params = (profile.profile_id, record_json(profile))
         await self._db.call(lambda conn: conn.execute(self._put, params), transaction=False)
 
 
@@ -120,7 +121,7 @@ class PostgresSessionStore:
         Raises:
             StoreError: PostgreSQL failed.
         """
-        data = OperationProfileSession(key=key, created_at=now).model_dump_json()
+        data = record_json(OperationProfileSession(key=key, created_at=now))
 
         def read(conn: Conn) -> OperationProfileSession | None:
             row = conn.execute(self._session, key.as_tuple()).fetchone()
@@ -168,7 +169,7 @@ class PostgresSessionStore:
             StoreError: PostgreSQL failed.
         """
         where = (*key.as_tuple(), artifact.tag)
-        data = artifact.model_dump_json()
+        data = record_json(artifact)
         params: tuple[object, ...]
         if expected_version is None:
             write, params = self._insert, (*where, artifact.version, data)
@@ -276,7 +277,7 @@ class PostgresChatStore:
             "chat": message.chat_id,
             "message": message.message_id,
             "branch": message.branch_id,
-            "data": message.model_dump_json(),
+            "data": record_json(message),
         }
         await self._db.call(lambda conn: conn.execute(self._save, params), transaction=False)
 
@@ -360,7 +361,7 @@ class PostgresArchive:
             StoreError: PostgreSQL failed (the runner then does not apply the write
                 that pruned them).
         """
-        rows = [(*key.as_tuple(), tag, v.version, run_id, v.model_dump_json()) for v in versions]
+        rows = [(*key.as_tuple(), tag, v.version, run_id, record_json(v)) for v in versions]
         if rows:
             await self._db.call(lambda conn: conn.cursor().executemany(self._archive, rows))
 

@@ -22,6 +22,7 @@ from ...model import (
     RunStatus,
 )
 from .._cursor import check_limit, check_prune, decode_cursor, encode_cursor, micros
+from .._json import record_json, values_json
 from ._branches import BranchHolds
 from ._db import Database
 
@@ -54,7 +55,7 @@ def _save_run(conn: sqlite3.Connection, run: Run, operation_runs: str) -> None:
         " AND chat_id = ? AND branch_id = ? AND dedupe_key = ? AND started_us = ?",
         (
             run.status.value,
-            run.model_dump_json(),
+            record_json(run),
             operation_runs,
             run.run_id,
             run.chat_id,
@@ -82,7 +83,7 @@ def _put_run(conn: sqlite3.Connection, run: Run, operation_runs: str | None = No
             run.dedupe_key,
             run.status.value,
             micros(run.started_at),
-            run.model_dump_json(),
+            record_json(run),
         ),
     )
     if operation_runs is not None:
@@ -188,7 +189,7 @@ class SqliteRunStore:
         Raises:
             StoreError: the database failed.
         """
-        records = _OPERATION_RUNS.dump_json(list(operation_runs)).decode()
+        records = values_json(_OPERATION_RUNS, list(operation_runs))
         await self._db.write(lambda conn: _save_run(conn, run, records))
 
     def hold_branch(
@@ -214,7 +215,7 @@ class SqliteRunStore:
         Raises:
             StoreError: the database failed.
         """
-        rows = [(run_id, e.seq, RunEventAdapter.dump_json(e).decode()) for e in events]
+        rows = [(run_id, e.seq, values_json(RunEventAdapter, e)) for e in events]
 
         def write(conn: sqlite3.Connection) -> None:
             conn.executemany(

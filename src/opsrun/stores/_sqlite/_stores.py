@@ -19,6 +19,7 @@ from ...model import (
     Page,
 )
 from .._cursor import check_limit, decode_cursor, encode_cursor, from_micros, micros
+from .._json import record_json
 from ._db import Database
 
 __all__ = ["SqliteArchive", "SqliteChatStore", "SqliteProfileStore", "SqliteSessionStore"]
@@ -58,7 +59,7 @@ class SqliteProfileStore:
         Raises:
             StoreError: the database failed.
         """
-        data = profile.model_dump_json()
+        data = record_json(profile)
 
         def write(conn: sqlite3.Connection) -> None:
             conn.execute(
@@ -89,7 +90,7 @@ class SqliteSessionStore:
             row = conn.execute(f"SELECT data FROM sessions WHERE {_IN_SESSION}", where).fetchone()
             return None if row is None else self._db.records.parse(OperationProfileSession, row[0])
 
-        data = OperationProfileSession(key=key, created_at=now).model_dump_json()
+        data = record_json(OperationProfileSession(key=key, created_at=now))
 
         def create(conn: sqlite3.Connection) -> OperationProfileSession:
             conn.execute(
@@ -133,7 +134,7 @@ class SqliteSessionStore:
             ArtifactConflict: the stored version differs (code ``artifact_conflict``).
             StoreError: the database failed.
         """
-        data = artifact.model_dump_json()
+        data = record_json(artifact)
         where = (*key.as_tuple(), artifact.tag)
 
         def write(conn: sqlite3.Connection) -> None:
@@ -210,7 +211,7 @@ class SqliteChatStore:
         Raises:
             StoreError: the database failed.
         """
-        data = message.model_dump_json()
+        data = record_json(message)
         chat_id, message_id, branch_id = message.chat_id, message.message_id, message.branch_id
         now = micros(datetime.now(UTC))
 
@@ -325,7 +326,7 @@ class SqliteArchive:
             StoreError: the database failed (the runner then does not apply the write
                 that pruned them).
         """
-        rows = [(*key.as_tuple(), tag, v.version, run_id, v.model_dump_json()) for v in versions]
+        rows = [(*key.as_tuple(), tag, v.version, run_id, record_json(v)) for v in versions]
 
         def write(conn: sqlite3.Connection) -> None:
             conn.executemany(

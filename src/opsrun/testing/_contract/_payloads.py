@@ -51,6 +51,11 @@ MEGABYTE = 1 << 20
 NUL_TEXT = "before \x00 after \x00\x00 🌍"
 """Free text with NUL (``\\x00``) in it, which some databases refuse in their text type."""
 
+LONE_SURROGATES = "half \ud83d, split \ud83d\ude00, low \udc00"
+"""Text without a UTF-8 form: lone UTF-16 surrogates and a pair split in two code points."""
+MENDED_SURROGATES = "half \ufffd, split \U0001f600, low \ufffd"
+""":data:`LONE_SURROGATES` as a store may keep it."""
+
 
 class PayloadContract(ContractBase):
     """Any text but NUL in ids, any text at all in data, and records of a megabyte."""
@@ -202,6 +207,76 @@ class PayloadContract(ContractBase):
         assert await stores.runs.events(aborted.run_id) == events
         with anyio.fail_after(30):
             assert [e async for e in stores.runs.follow(aborted.run_id)] == events
+
+    async def test_free_text_with_lone_surrogates_is_stored(self, stores: Stores) -> None:
+        """Records built without validation (``model_copy(update=...)``) may hold text
+        with lone UTF-16 surrogates, which has no UTF-8 form: every write takes them, and
+        what is read back holds each text as given or with U+FFFD in place of each lone
+        surrogate (a split pair joined), never an error."""
+        given, mended = LONE_SURROGATES, MENDED_SURROGATES
+        texts = (given, mended)
+        chat_id = new_id("chat")
+        message = make_message(chat_id, "m1")
+        variant = message.selected.model_copy(
+            update={"content": given, "meta": {"k": given}, "blocks": ({"t": given},)}
+        )
+        await stores.chats.save_message(message.model_copy(update={"variants": (variant,)}))
+        stored = (await stores.chats.get_message(chat_id, "m1")).selected
+        assert stored.content in texts
+        assert stored.meta["k"] in texts
+        assert stored.blocks[0]["t"] in texts
+
+        key = make_key(chat_id)
+        artifact = make_artifact("notes", 1).model_copy(
+            update={"value": {"v": given}, "written_by": given}
+        )
+        await stores.sessions.put_artifact(key, artifact, expected_version=None)
+        got = (await stores.sessions.get_artifacts(key))["notes"]
+        assert got.value["v"] in texts
+        assert got.written_by in texts
+        if stores.archive is not None:
+            old = ArtifactVersion(version=1, value="", created_at=T0).model_copy(
+                update={"value": given}
+            )
+            await stores.archive.archive(key, "notes", [old], run_id="run-surrogate")
+            ((archived, _),) = await self.archived_versions(stores, key, "notes")
+            assert archived.value in texts
+
+        run = make_run(chat_id=chat_id).model_copy(
+            update={
+                "abort_reason": given,
+                "main_llm": MainLlmCall(started=True).model_copy(update={"text": given}),
+            }
+        )
+        await stores.runs.claim(run)
+        _, operation_runs = make_rich_run(run.run_id)
+        error = OperationError(code="x", message="").model_copy(update={"message": given})
+        operation_runs[0] = operation_runs[0].model_copy(
+            update={"error": error, "outputs_summary": {"text": given}}
+        )
+        done = run.model_copy(
+            update={"status": RunStatus.ABORTED, "finished_at": T0 + timedelta(seconds=2)}
+        )
+        await stores.runs.save_run(done, operation_runs)
+        got_run, got_operations = await stores.runs.get_run(run.run_id)
+        assert got_run.abort_reason in texts
+        assert got_run.main_llm.text in texts
+        assert got_operations[0].error is not None
+        assert got_operations[0].error.message in texts
+        assert got_operations[0].outputs_summary["text"] in texts
+        delta = MainLlmDelta(
+            seq=1,
+            ts=T0,
+            run_id=run.run_id,
+            chat_id=chat_id,
+            user_message_id="m1",
+            trigger=Trigger.GENERATE,
+            text="",
+        ).model_copy(update={"text": given})
+        await stores.runs.append_events(run.run_id, [delta])
+        (event,) = await stores.runs.events(run.run_id)
+        assert isinstance(event, MainLlmDelta)
+        assert event.text in texts
 
     async def test_a_megabyte_artifact_round_trips(self, stores: Stores) -> None:
         """An artifact value of more than a megabyte (a long text, a long list) is stored,
