@@ -126,7 +126,7 @@ EXPECTED: dict[str, str] = {
         SavedPlan fallback_metrics load_traces system_prompt
         ContextBlock EnvBlock FileBlock FileSystemContext LogsBlock ProjectContext Refusal
         SearchBlock render_context ContextLimits Diet apply_diet FileMemory InMemoryMemory
-        MemoryStore memory_block
+        MemoryStore MemoryUpdater memory_block
         HunkPlacement PatchResult PatchTolerance apply_patch_detailed
     """,
     "opsrun.testing": """

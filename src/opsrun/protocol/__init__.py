@@ -51,6 +51,7 @@ from ._memory import check_memory_patch as check_memory_patch
 from ._memory_store import FileMemory as FileMemory
 from ._memory_store import InMemoryMemory as InMemoryMemory
 from ._memory_store import MemoryStore as MemoryStore
+from ._memory_store import MemoryUpdater as MemoryUpdater
 from ._memory_store import memory_block as memory_block
 from ._metrics import FallbackMetrics as FallbackMetrics
 from ._metrics import fallback_metrics as fallback_metrics
@@ -110,6 +111,7 @@ __all__ = [
     "InMemoryPlanState",
     "LogsBlock",
     "MemoryStore",
+    "MemoryUpdater",
     "PatchResult",
     "PatchTolerance",
     "PathPolicy",
