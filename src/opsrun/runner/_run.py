@@ -373,13 +373,21 @@ class RunDriver:
     async def _finish_broken(self, error: BaseException) -> None:
         """Record the run failed by ``error``, raised outside any operation, in the part
         it was in; operations still running end ``aborted``. A store that fails again
-        here leaves the record to its lease (logged)."""
+        here leaves the record to its lease (logged).
+
+        Before a generate stored its user message the turn has not begun: the run ends
+        ``aborted`` (reason ``turn_not_started``, the error in its details) and so gives
+        up its turn key, and a retry of the same request starts the turn afresh.
+        """
         code = error.code if isinstance(error, OpsrunError) else "internal_error"
         message = self._ctx.redactor.redact(f"{type(error).__name__}: {error}")
         details = FailedDetails(error_code=code, error_message=bound_text(message))
         self._ledger.end_all(OperationStatus.ABORTED)
         try:
-            await self._finish(RunStatus.FAILED, _FAILED_IN[self._at], details)
+            if self._turn.started:
+                await self._finish(RunStatus.FAILED, _FAILED_IN[self._at], details)
+            else:
+                await self._finish(RunStatus.ABORTED, None, details, reason="turn_not_started")
         except Exception:
             _log.exception("run %s failed and could not be recorded", self.run.run_id)
 
@@ -388,6 +396,8 @@ class RunDriver:
         status: RunStatus,
         failed_type: FailedType | None = None,
         details: FailedDetails | None = None,
+        *,
+        reason: str | None = None,
     ) -> None:
         self._ledger.end_all(OperationStatus.SKIPPED, SkippedReason.MAIN_LLM_NOT_RUN)
         now = self._ctx.clock.now()
@@ -398,7 +408,7 @@ class RunDriver:
                 "phase": RunPhase.FINISHED,
                 "failed_type": failed_type,
                 "failed_details": details,
-                "abort_reason": self._cancellation.reason if aborted else None,
+                "abort_reason": (reason or self._cancellation.reason) if aborted else None,
                 "finished_at": now,
                 "duration_ms": (anyio.current_time() - self._t0) * 1000,
                 "main_llm": self._recorded_main_llm(),

@@ -138,9 +138,15 @@ class Staging:
             if record is None:
                 return
             applied.append(record)
-        for turn_effect in effects.turn:
-            await turn.apply(e.operation_id, turn_effect)
-            applied.append(self._applied(e, turn_effect.type, len(applied)))
+        try:
+            for turn_effect in effects.turn:
+                await turn.apply(e.operation_id, turn_effect)
+                applied.append(self._applied(e, turn_effect.type, len(applied)))
+        except BaseException:
+            # The store failed (the run fails with it) after taking some of the
+            # effects: the run's record lists those, so it tells what was written.
+            self.applied.extend(applied)
+            raise
         for prompt_effect in effects.prompt:
             self.prompt_effects.append((e.operation_id, prompt_effect))
             applied.append(self._applied(e, prompt_effect.type, len(applied)))

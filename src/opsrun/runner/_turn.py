@@ -37,6 +37,8 @@ class Turn:
         """Messages up to and including the turn's user message, oldest first."""
         self.assistant: ChatMessage | None = None
         """The turn's assistant message, once the main LLM answered."""
+        self.started = ctx.request.trigger != Trigger.GENERATE
+        """The turn's user message is stored (a generate stores it while it plans)."""
         self._user_changed = False
         """A committed effect changed the user message since the history was read."""
 
@@ -59,9 +61,11 @@ class Turn:
         if ctx.request.user_message_id is not None:
             history = self.history
             if history and history[-1].message_id == meta.user_message_id:
+                self.started = True
                 return
             try:
                 await ctx.chats.get_message(meta.chat_id, meta.user_message_id)
+                self.started = True
                 return
             except NotFound:
                 pass
@@ -82,6 +86,7 @@ class Turn:
             created_at=ctx.started_at,
         )
         await ctx.chats.save_message(message)
+        self.started = True
         self.history = [*self.history, message]
 
     async def refresh(self) -> None:
