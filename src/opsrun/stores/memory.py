@@ -2,9 +2,9 @@
 
 Each method completes without yielding to the event loop and takes a lock, so
 concurrent runs (tasks or threads) see atomic reads and compare-and-set writes. Chat
-branches are held with one ``anyio.Lock`` each, so the one-run-per-branch rule holds
-among the runs of one event loop; likewise :meth:`InMemoryRunStore.follow` is woken by
-appends made in its own event loop.
+branch holds and :meth:`InMemoryRunStore.follow` wake their waiters in whatever event
+loop they wait, so the stores also serve several threads that each run their own event
+loop (``asyncio.run`` per request in a threaded web server).
 
 Stored records are snapshots. Records are frozen pydantic models; the dicts and lists
 inside them (artifact values, message ``meta`` and ``blocks``, profile ``params``) are
@@ -28,8 +28,6 @@ from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 from operator import attrgetter
 
-import anyio
-
 from ..errors import ArtifactConflict, NotFound
 from ..model import (
     ArchivedVersion,
@@ -50,6 +48,7 @@ from ..model import (
 from ._branch_hold import branch_busy
 from ._cursor import check_limit, check_prune, decode_cursor, encode_cursor, micros
 from ._frozen import FROZEN_EMPTY, freeze_model
+from ._wakeup import Wakeup
 
 __all__ = [
     "ArchivedVersion",
@@ -272,10 +271,10 @@ class InMemoryRunStore:
         self._events: dict[str, list[RunEvent]] = {}
         self._by_key: dict[str, str] = {}
         self._by_chat: dict[str, dict[str, None]] = {}
-        self._followers: dict[str, anyio.Event] = {}
-        """Run id -> the event its followers wait on; set (and dropped) on a change."""
+        self._followers: dict[str, list[Wakeup]] = {}
+        """Run id -> what its followers wait on; set (and dropped) on a change."""
         self._lock = threading.Lock()
-        self._branches: dict[tuple[str, str], deque[anyio.Event]] = {}
+        self._branches: dict[tuple[str, str], deque[Wakeup]] = {}
         """Held chat branches, each with the runs waiting for it, in order."""
 
     async def claim(self, run: Run) -> Run:
@@ -322,14 +321,15 @@ class InMemoryRunStore:
     def hold_branch(
         self, chat_id: str, branch_id: str, *, wait: bool = True
     ) -> AbstractAsyncContextManager[object]:
-        """Hold the branch for one run (one event loop; see :class:`~opsrun.ports.RunStore`).
+        """Hold the branch for one run (see :class:`~opsrun.ports.RunStore`).
 
-        Entering a free branch does not wait; holders queue first come, first served.
+        Entering a free branch does not wait; holders queue first come, first served,
+        in any thread and event loop.
 
         Raises:
             StoreError: ``wait=False`` and the branch is held (code ``branch_busy``).
         """
-        return _BranchHold(self._branches, (chat_id, branch_id), wait)
+        return _BranchHold(self._branches, self._lock, (chat_id, branch_id), wait)
 
     async def append_events(self, run_id: str, events: Sequence[RunEvent]) -> None:
         """Append events to the run's log; an event whose ``seq`` is stored is kept once."""
@@ -353,7 +353,7 @@ class InMemoryRunStore:
                         log.insert(at, event)
             changed = self._followers.pop(run_id, None) if self._followers else None
         if changed is not None:
-            changed.set()
+            _wake_all(changed)
 
     async def get_run(self, run_id: str) -> tuple[Run, list[OperationRun]]:
         """Return the run and its operation runs. Raises NotFound when missing."""
@@ -440,11 +440,10 @@ class InMemoryRunStore:
                 batch = log[bisect_right(log, seen, key=_seq) :]
                 # run.finished is a run's last event: once stored, nothing follows it.
                 finished = bool(log) and isinstance(log[-1], RunFinished)
-                changed: anyio.Event | None = None
+                changed: Wakeup | None = None
                 if not batch and not finished and not _taken_over(run):
-                    changed = self._followers.get(run_id)
-                    if changed is None:
-                        changed = self._followers[run_id] = anyio.Event()
+                    changed = Wakeup()
+                    self._followers.setdefault(run_id, []).append(changed)
             for event in batch:
                 yield event
                 seen = event.seq
@@ -495,37 +494,50 @@ class InMemoryRunStore:
         with self._lock:
             changed = self._followers.pop(run_id, None)
         if changed is not None:
-            changed.set()
+            _wake_all(changed)
+
+
+def _wake_all(wakeups: list[Wakeup]) -> None:
+    for wakeup in wakeups:
+        wakeup.set()
 
 
 class _BranchHold:
     """Holds one chat branch while entered (:meth:`InMemoryRunStore.hold_branch`)."""
 
-    __slots__ = ("_branches", "_key", "_wait")
+    __slots__ = ("_branches", "_key", "_lock", "_wait")
 
     def __init__(
-        self, branches: dict[tuple[str, str], deque[anyio.Event]], key: tuple[str, str], wait: bool
+        self,
+        branches: dict[tuple[str, str], deque[Wakeup]],
+        lock: threading.Lock,
+        key: tuple[str, str],
+        wait: bool,
     ) -> None:
         self._branches = branches
+        self._lock = lock
         self._key = key
         self._wait = wait
 
     async def __aenter__(self) -> None:
-        waiters = self._branches.get(self._key)
-        if waiters is None:  # free: held at once
-            self._branches[self._key] = deque()
-            return
-        if not self._wait:
-            raise branch_busy(*self._key)
-        turn = anyio.Event()
-        waiters.append(turn)
+        with self._lock:
+            waiters = self._branches.get(self._key)
+            if waiters is None:  # free: held at once
+                self._branches[self._key] = deque()
+                return
+            if not self._wait:
+                raise branch_busy(*self._key)
+            turn = Wakeup()
+            waiters.append(turn)
         try:
             await turn.wait()
         except BaseException:
-            if turn.is_set():  # handed the branch while cancelled: hand it on
+            with self._lock:
+                handed = turn.fired  # handed the branch while cancelled: hand it on
+                if not handed:
+                    waiters.remove(turn)
+            if handed:
                 self._release()
-            else:
-                waiters.remove(turn)
             raise
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -533,11 +545,14 @@ class _BranchHold:
 
     def _release(self) -> None:
         """Hand the branch to the next waiter, or free it."""
-        waiters = self._branches[self._key]
-        if waiters:
-            waiters.popleft().set()
-        else:
-            del self._branches[self._key]
+        with self._lock:
+            waiters = self._branches[self._key]
+            if not waiters:
+                del self._branches[self._key]
+                return
+            turn = waiters.popleft()
+            turn.fired = True  # under the lock: a cancelled waiter sees it was handed
+        turn.set()
 
 
 class InMemoryArchive:
