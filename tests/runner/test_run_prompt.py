@@ -417,6 +417,35 @@ async def test_explain_shows_history_kept_by_reference_while_its_text_is_unchang
     assert "no text with the hash sent was found" in render_markdown(report)
 
 
+async def test_explain_shows_the_text_sent_after_the_host_selects_an_edited_variant() -> None:
+    """Input and prompt show the variant the run sent, not the one selected since; a
+    message whose sent text is gone shows none, rather than the new text."""
+    stores = InMemoryStores()
+    runner = make_runner(stores=stores)
+    await use_profile(stores)
+    result = await runner.run(generate("Delete the staging database."))
+    stored = await stores.chats.get_message("c", result.run.user_message_id)
+    edit = stored.selected.model_copy(update={"variant_id": "v-edit", "content": "Say hello."})
+    await stores.chats.save_message(
+        stored.model_copy(
+            update={"variants": (*stored.variants, edit), "selected_variant_id": "v-edit"}
+        )
+    )
+    report = await runner.explain(result.run.run_id)
+    assert report.inputs.user_message is not None
+    assert report.inputs.user_message.text == "Delete the staging database."
+    assert report.prompt is not None
+    assert report.prompt.messages[-1].content == "Delete the staging database."
+    assert "Say hello." not in render_markdown(report)
+    # Only the edit is left: no variant has the text sent.
+    await stores.chats.save_message(
+        stored.model_copy(update={"variants": (edit,), "selected_variant_id": "v-edit"})
+    )
+    gone = await runner.explain(result.run.run_id)
+    assert gone.inputs.user_message is None
+    assert "Say hello." not in render_markdown(gone)
+
+
 def test_a_snapshot_policy_cannot_keep_augmentation_by_reference() -> None:
     with pytest.raises(ConfigError) as caught:
         SnapshotPolicy(augmentation=AugmentationStorage.REFERENCE)

@@ -18,7 +18,7 @@ import anyio
 from pydantic import TypeAdapter
 
 from .._config import require, require_at_least
-from .._redact import DEFAULT_REDACTOR, Redactor
+from .._redact import DEFAULT_REDACTOR, Redactor, sha256_text
 from .._telemetry import Telemetry, Tracing
 from ..errors import ConfigError, NotFound, ProfileInvalid, RunError, bound_details
 from ..model import (
@@ -221,18 +221,26 @@ class Runner:
         user_message: str | None = None
         history_size: int | None = None
         texts: dict[str, str] = {}
+        # What the run sent, by message id: a message edited since (a new selected
+        # variant) still shows the text sent, from the variant that has its hash.
+        snapshot = run.main_llm.prompt
+        sent = {
+            m.source.message_id: m.sha256
+            for m in (snapshot.messages if snapshot else ())
+            if m.source is not None and m.source.message_id is not None
+        }
         try:
             message = await self.chats.get_message(run.chat_id, run.user_message_id)
-            user_message = message.prompt_text
+            user_message = _sent_text(message, sent.get(message.message_id), run.run_id)
             history = await self.chats.history(run.chat_id, run.branch_id)
             ids = [m.message_id for m in history]
             if run.user_message_id in ids:
                 history_size = ids.index(run.user_message_id) + 1
-            snapshot = run.main_llm.prompt
-            wanted = (
-                {m.source.message_id for m in snapshot.messages if m.source} if snapshot else ()
-            )
-            texts = {m.message_id: m.prompt_text for m in history if m.message_id in wanted}
+            for m in history:
+                if m.message_id in sent:
+                    text = _sent_text(m, sent[m.message_id], run.run_id)
+                    if text is not None:
+                        texts[m.message_id] = text
         except NotFound:
             pass
         return build_report(
@@ -647,3 +655,16 @@ def _store(name: str, given: S | None, stores: Stores | None, pick: Callable[[St
             details={"field": name},
         )
     return pick(stores)
+
+
+def _sent_text(message: ChatMessage, sha256: str | None, run_id: str) -> str | None:
+    """The text of ``message`` a run sent: the variant whose text has the hash the run
+    recorded; without a hash, the variant the run wrote, else the only one. None when
+    no variant is known to be it (edited since, or several variants and no record)."""
+    variants = message.variants
+    if sha256 is not None:
+        return next((v.content for v in variants if sha256_text(v.content) == sha256), None)
+    own = [v.content for v in variants if v.run_id == run_id and v.source == "user"]
+    if own:
+        return own[0]
+    return variants[0].content if len(variants) == 1 else None
