@@ -57,6 +57,21 @@ MENDED_SURROGATES = "half \ufffd, split \U0001f600, low \ufffd"
 """:data:`LONE_SURROGATES` as a store may keep it."""
 
 
+def first_delta(
+    run_id: str, chat_id: str, text: str, *, user_message_id: str = "m1"
+) -> MainLlmDelta:
+    """A run's first event: a delta of the main LLM's reply."""
+    return MainLlmDelta(
+        seq=1,
+        ts=T0,
+        run_id=run_id,
+        chat_id=chat_id,
+        user_message_id=user_message_id,
+        trigger=Trigger.GENERATE,
+        text=text,
+    )
+
+
 class PayloadContract(ContractBase):
     """Any text but NUL in ids, any text at all in data, and records of a megabyte."""
 
@@ -99,15 +114,7 @@ class PayloadContract(ContractBase):
         await stores.runs.claim(run)
         assert await stores.runs.get_run(run.run_id) == (run, [])
         assert (await stores.runs.list_runs(chat_id)).items == (run,)
-        delta = MainLlmDelta(
-            seq=1,
-            ts=T0,
-            run_id=run.run_id,
-            chat_id=chat_id,
-            user_message_id=message.message_id,
-            trigger=Trigger.GENERATE,
-            text=text,
-        )
+        delta = first_delta(run.run_id, chat_id, text, user_message_id=message.message_id)
         await stores.runs.append_events(run.run_id, [delta])
         assert await stores.runs.events(run.run_id) == [delta]
 
@@ -264,15 +271,7 @@ class PayloadContract(ContractBase):
         assert got_operations[0].error is not None
         assert got_operations[0].error.message in texts
         assert got_operations[0].outputs_summary["text"] in texts
-        delta = MainLlmDelta(
-            seq=1,
-            ts=T0,
-            run_id=run.run_id,
-            chat_id=chat_id,
-            user_message_id="m1",
-            trigger=Trigger.GENERATE,
-            text="",
-        ).model_copy(update={"text": given})
+        delta = first_delta(run.run_id, chat_id, "").model_copy(update={"text": given})
         await stores.runs.append_events(run.run_id, [delta])
         (event,) = await stores.runs.events(run.run_id)
         assert isinstance(event, MainLlmDelta)
@@ -305,14 +304,6 @@ class PayloadContract(ContractBase):
         assert await stores.chats.history(chat_id, "main") == [edited]
         run = make_run(chat_id=chat_id, status=RunStatus.DONE)
         await stores.runs.claim(run)
-        delta = MainLlmDelta(
-            seq=1,
-            ts=T0,
-            run_id=run.run_id,
-            chat_id=chat_id,
-            user_message_id="m1",
-            trigger=Trigger.GENERATE,
-            text=text,
-        )
+        delta = first_delta(run.run_id, chat_id, text)
         await stores.runs.append_events(run.run_id, [delta])
         assert await stores.runs.events(run.run_id) == [delta]
