@@ -336,19 +336,20 @@ class Runner:
     async def _run(
         self, request: RunRequest, abort: AbortSignal | None, sink: EventSink | None
     ) -> RunResult:
-        profile = await self._load_profile(request)
+        checked = await self._load_profile(request)
         wait = self.concurrent_turns == "wait"
         with unwrapped():  # the run's task groups, and a store's branch hold, wrap errors
             async with self.runs.hold_branch(request.chat_id, request.branch_id, wait=wait):
-                return await self._run_on_branch(request, profile, abort, sink)
+                return await self._run_on_branch(request, checked, abort, sink)
 
     async def _run_on_branch(
         self,
         request: RunRequest,
-        profile: OperationProfile | None,
+        checked: _Checked | None,
         abort: AbortSignal | None,
         sink: EventSink | None,
     ) -> RunResult:
+        profile = checked.profile if checked is not None else None
         user_message_id = request.user_message_id or self.ids.new_id("msg")
         history = await self._turn_history(request, user_message_id)
         started_at = _instant(self.clock.now())
@@ -380,7 +381,6 @@ class Runner:
         # caller's signal can be reused for a later run after a deadline.
         signal = AbortSignal()
         forget_caller = abort.subscribe(signal.abort) if abort is not None else None
-        checked = self._validated.get(id(profile)) if profile is not None else None
         rank = checked.rank if checked is not None else _NO_RANK
         ctx = self._context(request, run, rank, signal)
         emitter = EventEmitter(
@@ -463,25 +463,34 @@ class Runner:
             tracing=self._tracing,
         )
 
-    async def _load_profile(self, request: RunRequest) -> OperationProfile | None:
+    async def _load_profile(self, request: RunRequest) -> _Checked | None:
+        """The request's profile, validated against the catalog, with its ranks.
+
+        A profile object seen before is not validated again (the last 64 are kept).
+
+        Raises:
+            RunError: there is no such profile (``profile_not_found``).
+            ProfileInvalid: the profile fails validation against the catalog.
+        """
         if request.profile_id is None:
             return None
         try:
             profile = await self.profiles.get_profile(request.profile_id)
         except NotFound as exc:
             raise RunError(str(exc.message), code="profile_not_found") from exc
-        cached = self._validated.get(id(profile))
+        validated = self._validated
+        cached = validated.get(id(profile))
         if cached is None or cached.profile is not profile:
             cached = _Checked(profile, self.catalog.validate(profile), _rank(profile))
-            if len(self._validated) >= 64:
-                self._validated.clear()
-            self._validated[id(profile)] = cached
+            if len(validated) >= 64:
+                del validated[next(iter(validated))]  # the oldest
+            validated[id(profile)] = cached
         issues = cached.issues
         if issues:
             raise ProfileInvalid(
                 f"profile {profile.profile_id!r} is not valid for this catalog", issues=issues
             )
-        return profile
+        return cached
 
     async def _turn_history(self, request: RunRequest, user_message_id: str) -> list[ChatMessage]:
         """The turn's history: up to and including its user message, answered turns only.
