@@ -22,6 +22,7 @@ from opsrun.model import (
     PromptInclusion,
     RelativeToEnd,
     RunStatus,
+    SystemUpdate,
     TrimmedRange,
     WindowRetention,
 )
@@ -200,6 +201,31 @@ async def test_inclusion_anchor_lost_to_the_window_is_recorded() -> None:
     (record,) = snapshot.inclusions
     assert (record.included, record.reason) == (False, "anchor_trimmed")
     assert sent(llm.last_request) == [("user", "three")]
+
+
+async def test_a_system_message_an_operation_changed_follows_the_augmentation_policy() -> None:
+    """The request's own system prompt is kept redacted; once an operation's system
+    update is in it, it holds the operation's text and ``hash_only`` keeps that out."""
+    stores, catalog = InMemoryStores(), OperationCatalog()
+    policy = SnapshotPolicy(augmentation=AugmentationStorage.HASH_ONLY)
+    runner = make_runner(stores=stores, catalog=catalog, snapshot=policy)
+
+    @catalog.function("style", name="Style")
+    async def _style(ctx: OperationContext) -> OperationResult:
+        return OperationResult.done(prompt=[SystemUpdate(mode="append", content=" secret note")])
+
+    await use_profile(stores, op("style"))
+    changed = await runner.run(generate("one", system_prompt="Be kind."))
+    snapshot = changed.run.main_llm.prompt
+    assert snapshot is not None
+    system = snapshot.messages[0]
+    assert (system.storage, system.content) == (AugmentationStorage.HASH_ONLY, None)
+    assert system.chars == len("Be kind. secret note")
+    await use_profile(stores)
+    plain = await runner.run(generate("two", system_prompt="Be kind."))
+    assert plain.run.main_llm.prompt is not None
+    system = plain.run.main_llm.prompt.messages[0]
+    assert (system.storage, system.content) == (AugmentationStorage.REDACTED, "Be kind.")
 
 
 async def test_snapshot_is_bounded_and_augmentation_follows_the_policy() -> None:

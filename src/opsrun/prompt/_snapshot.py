@@ -36,7 +36,9 @@ class SnapshotPolicy:
     their message id and hash, no text), so a run's record does not grow with the chat.
     Other text is redacted first, then cut: prompt-only augmentation (messages made by
     prompt-time effects or artifact inclusions: working notes, retrieved context)
-    follows ``augmentation``; system messages are always kept ``redacted``.
+    follows ``augmentation``, and so does a system message an operation changed (a
+    system update, an included artifact); the request's own system prompt is kept
+    ``redacted``.
 
     Raises:
         ConfigError: if a limit is negative, or ``augmentation`` is ``reference``
