@@ -36,7 +36,7 @@ from opsrun.protocol._cli_common import (
     root_problem,
     violation_line,
 )
-from opsrun.protocol._exit import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from opsrun.protocol._exit import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 
 __all__ = ["build_parser", "main"]
 
@@ -122,8 +122,21 @@ def build_parser() -> tuple[argparse.ArgumentParser, Any]:
 
 
 def _read_input(name: str, stdin: TextIO) -> str:
+    """The answer's text from ``name`` (``-``: stdin), bad UTF-8 kept for the parser to
+    report (as ``ERR_INVALID_JSON``).
+
+    Raises:
+        _UsageError: the file cannot be read.
+    """
     if name == "-":
-        return stdin.read()
+        buffer = getattr(stdin, "buffer", None)
+        if buffer is not None:
+            # Bytes, decoded as a file is: a strict UTF-8 stdin would raise mid-read.
+            return str(buffer.read().decode("utf-8", errors="surrogateescape"))
+        try:
+            return stdin.read()
+        except UnicodeDecodeError as exc:
+            raise _UsageError(f"opsrun: cannot read standard input: {exc}") from exc
     try:
         with open(name, encoding="utf-8", errors="surrogateescape") as handle:
             return handle.read()
@@ -204,7 +217,9 @@ def main(
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
 ) -> int:
-    """Run the ``opsrun`` command and return its exit code (0 ok, 1 failed, 2 usage)."""
+    """Run the ``opsrun`` command and return its exit code (0 ok, 1 failed, 2 usage,
+    130 interrupted by Ctrl-C; an apply, undo or recover stopped by a signal returns
+    128 + its number after rolling back or finishing)."""
     out = stdout or sys.stdout
     err = stderr or sys.stderr
     parser, _ = build_parser()
@@ -220,6 +235,11 @@ def main(
         return EXIT_USAGE
     except SystemExit as exc:  # --help from argparse
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    except KeyboardInterrupt:
+        # Outside an apply, undo or recover (which finish or roll back first, see
+        # docs/apply.md) nothing is half-written: say so, no traceback.
+        err.write("opsrun: interrupted\n")
+        return EXIT_INTERRUPTED
     return code
 
 

@@ -11,6 +11,7 @@ raised; a crash at any point is finished by :func:`opsrun.protocol.recover`.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shlex
 import signal
@@ -25,11 +26,11 @@ from typing import IO, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from opsrun._redact import redact_text
-from opsrun.errors import ApplyError, OpsrunError, bound_text
+from opsrun.errors import ApplyError, ConfigError, OpsrunError, bound_text
 
 from ._events import PlanEventSink, emit
 from ._fs import FileSystem, PathState, Tree
-from ._journal import Journal, after_state, begin, open_locked, rollback
+from ._journal import Journal, after_state, begin, norm_path, open_locked, rollback
 from ._limits import PathPolicy, PlanLimits
 from ._patch_place import PatchTolerance, check_tolerance
 from ._plan import ActionKind, Plan
@@ -60,10 +61,14 @@ class ApplyResult(BaseModel):
 
 
 def _snapshot(tree: Tree, changes: list[Change]) -> dict[str, PathState]:
-    """Old state of every path the changes touch, parents created on the way included."""
+    """Old state of every path the changes touch, parents created on the way included.
+
+    Paths are keyed as the tree resolves them (``src/new/`` is ``src/new``), so one
+    directory is journalled once.
+    """
     states: dict[str, PathState] = {}
     for change in changes:
-        path = change.action.path
+        path = norm_path(change.action.path)
         if change.after.kind in ("file", "dir"):
             segments = path.split("/")
             for n in range(1, len(segments)):
@@ -71,15 +76,16 @@ def _snapshot(tree: Tree, changes: list[Change]) -> dict[str, PathState]:
                 if parent not in states:
                     states[parent] = tree.state(parent, read=False)
         for sub, state in change.removed:
-            states.setdefault(sub, state)
+            states.setdefault(norm_path(sub), state)
         states.setdefault(path, change.before)
-    return {p: s for p, s in states.items() if not (s.kind == "dir" and p not in _touched(changes))}
+    touched = _touched(changes)
+    return {p: s for p, s in states.items() if not (s.kind == "dir" and p not in touched)}
 
 
 def _touched(changes: list[Change]) -> set[str]:
-    paths = {c.action.path for c in changes}
+    paths = {norm_path(c.action.path) for c in changes}
     for change in changes:
-        paths.update(sub for sub, _ in change.removed)
+        paths.update(norm_path(sub) for sub, _ in change.removed)
     return paths
 
 
@@ -147,7 +153,7 @@ def _run_check(
             raise ApplyError(
                 f"the check `{_command(argv)}` could not start: {exc.strerror or exc}",
                 code="ERR_CHECK_FAILED",
-                details={"argv": argv, "error": str(exc)},
+                details={"argv": _masked(argv), "error": redact_text(str(exc))},
             ) from exc
         try:
             ended = _wait(process, timeout, stop)
@@ -160,13 +166,13 @@ def _run_check(
         raise ApplyError(
             f"the check `{_command(argv)}` timed out after {timeout:g}s{_shown(output)}",
             code="ERR_CHECK_FAILED",
-            details={"argv": argv, "timed_out": True, "output": output},
+            details={"argv": _masked(argv), "timed_out": True, "output": output},
         )
     if process.returncode != 0:
         raise ApplyError(
             f"the check `{_command(argv)}` exited with status {process.returncode}{_shown(output)}",
             code="ERR_CHECK_FAILED",
-            details={"argv": argv, "returncode": process.returncode, "output": output},
+            details={"argv": _masked(argv), "returncode": process.returncode, "output": output},
         )
     return process.returncode, output
 
@@ -216,6 +222,22 @@ def _command(argv: Sequence[str]) -> str:
     return redact_text(shlex.join(argv))
 
 
+def _masked(argv: Sequence[str]) -> list[str]:
+    """The check's argv for an error's details, secrets masked as in its message.
+
+    The whole line is masked first, so a secret split over two words (``Bearer``,
+    then the token) is caught as in the message; a word left intact keeps its mask.
+    """
+    line = _command(argv)
+    try:
+        words = shlex.split(line)
+    except ValueError:
+        words = []
+    if len(words) == len(argv):
+        return [redact_text(w) for w in words]
+    return [redact_text(a) for a in argv]
+
+
 def _tail(raw: bytes) -> str:
     """The last part of a check's output (stdout and stderr), secrets masked."""
     return redact_text(raw.decode("utf-8", "replace")[-_OUTPUT_TAIL:])
@@ -241,6 +263,38 @@ def _as_apply_error(exc: BaseException) -> ApplyError:
     return ApplyError(f"unexpected error: {exc!r}", code="ERR_APPLY_FAILED")
 
 
+def _with_kept(error: ApplyError, kept: list[str]) -> ApplyError:
+    """``error``, saying which created directories the rollback left in place."""
+    if not kept:
+        return error
+    shown = ", ".join(repr(p) for p in kept[:3]) + (", …" if len(kept) > 3 else "")
+    return ApplyError(
+        f"{error.message}\n(rolled back, but {len(kept)} created director"
+        f"{'y was' if len(kept) == 1 else 'ies were'} left in place because "
+        f"{'it holds' if len(kept) == 1 else 'they hold'} files the apply did not create: "
+        f"{shown})",
+        code=error.code,
+        details={**error.details, "kept": list(kept)},
+    )
+
+
+def _check_timeout(value: float) -> None:
+    """Refuse a check time limit that is not a positive number of seconds (``inf``: none).
+
+    Raises:
+        ConfigError: ``value`` is not a number, is NaN, zero or negative.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        ok = False
+    else:
+        ok = not math.isnan(value) and value > 0
+    if not ok:
+        raise ConfigError(
+            f"check_timeout must be a positive number of seconds, not {value!r}",
+            details={"field": "check_timeout"},
+        )
+
+
 def apply_plan(
     plan: Plan,
     root: str | os.PathLike[str],
@@ -264,7 +318,7 @@ def apply_plan(
         check: Optional check run after the changes (argv list with ``cwd=root``, or a
             callable given the root); a failure rolls everything back.
         allow_delete: The user's confirmation for DELETE_FILE / DELETE_DIR actions.
-        check_timeout: Seconds an argv check may run.
+        check_timeout: Seconds an argv check may run (positive; ``math.inf``: no limit).
         read_paths: Files read during PLAN (for the UPDATE-without-base rule).
         limits: Validation limits.
         policy: Path policy.
@@ -290,10 +344,15 @@ def apply_plan(
             ``ERR_PATH_SYMLINK`` / ``ERR_PATH_ESCAPES_ROOT`` / ``ERR_PATH_PROTECTED``,
             ``ERR_CHECK_FAILED``, ``ERR_APPLY_CANCELLED``, ``ERR_IO``, ``ERR_TX_BUSY``.
             The tree is back to its
-            old state, except with ``ERR_ROLLBACK_FAILED``: then call ``recover(root)``.
-        ConfigError: ``tolerance`` is not a level.
+            old state, except with ``ERR_ROLLBACK_FAILED``: then call ``recover(root)``;
+            a directory the apply created that meanwhile received other files (the
+            check's ``__pycache__``) is left in place with them, its path in
+            ``details["kept"]``.
+        ConfigError: ``tolerance`` is not a level, or ``check_timeout`` is not a
+            positive number (NaN, zero or negative).
     """
     check_tolerance(tolerance)
+    _check_timeout(check_timeout)
     try:
         result = _apply(
             plan,
@@ -388,7 +447,7 @@ def _apply(
         error = _as_apply_error(exc)
         if journal is not None:
             try:
-                rollback(journal, lambda e: states[e.path].data or b"")
+                report = rollback(journal, lambda e: states[e.path].data or b"", trusted=True)
             except BaseException as again:
                 raise ApplyError(
                     f"{error.message}; rolling back failed too ({again!r}): "
@@ -399,6 +458,7 @@ def _apply(
             # If this fails the journal still says "prepared"; recover() rolls back again.
             with contextlib.suppress(OSError):
                 journal.set_status("rolled_back")
+            error = _with_kept(error, report.kept)
         if not isinstance(exc, Exception):
             raise
         if journal is not None:

@@ -293,6 +293,7 @@ class Tree:
         sync_dir: bool = True,
         keep_setid: bool = True,
         owner: tuple[int, int] | None = None,
+        restore_owner: bool = False,
     ) -> None:
         """Replace ``path`` atomically: temp file in the same directory, fsync, rename, fsync.
 
@@ -304,7 +305,14 @@ class Tree:
         when it may not, the setuid and setgid bits are dropped, so a file never becomes
         a set-id program of another owner. ``keep_setid=False`` drops them in any case
         (modes restored from a journal). ``owner`` is the owner to give a file created
-        where nothing is (a deleted file restored by a rollback).
+        where nothing is (a deleted file restored by a rollback); with ``restore_owner``
+        it is given in any case (a rollback restoring a file exactly), and the set-id bits
+        are kept only when the file could be given that owner.
+
+        Raises:
+            ApplyError: as :meth:`parent`, and ``ERR_PATH_SYMLINK`` / ``ERR_TARGET_TYPE``
+                when ``path`` is a link or not a regular file.
+            OSError: the file system failed (the temporary file may be left behind).
         """
         found = self.parent(path, create=True, journal=journal)
         assert found is not None  # create=True never reports a missing parent
@@ -322,7 +330,8 @@ class Tree:
             file_fd = self.fs.open(temp, flags, mode=0o600, dir_fd=fd)
             try:
                 self.fs.write(file_fd, data)
-                if not self._keep_owner(file_fd, current, owner) or not keep_setid:
+                given = self._keep_owner(file_fd, current, owner, exact=restore_owner)
+                if not given or not keep_setid:
                     mode &= ~_SETID
                 self.fs.fchmod(file_fd, mode)
                 self.fs.fsync(file_fd)
@@ -335,12 +344,23 @@ class Tree:
             self.fs.close(fd)
 
     def _keep_owner(
-        self, fd: int, current: os.stat_result | None, owner: tuple[int, int] | None
+        self,
+        fd: int,
+        current: os.stat_result | None,
+        owner: tuple[int, int] | None,
+        *,
+        exact: bool = False,
     ) -> bool:
-        """Give the new file the replaced file's owner; False when that is not allowed."""
-        wanted = (current.st_uid, current.st_gid) if current is not None else owner
-        if wanted is None or wanted == (os.geteuid(), os.getegid()):
-            return True
+        """Give the new file the replaced file's owner (with ``exact``, ``owner`` whatever
+        is there); False when that is not allowed."""
+        if exact and owner is not None:
+            # Always chown: a new file's group may come from a set-group-id directory.
+            wanted: tuple[int, int] | None = owner
+        else:
+            wanted = (current.st_uid, current.st_gid) if current is not None else owner
+            if wanted is None or wanted == (os.geteuid(), os.getegid()):
+                return True
+        assert wanted is not None
         try:
             self.fs.fchown(fd, *wanted)
         except PermissionError:

@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import secrets
+import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
@@ -32,7 +33,7 @@ from opsrun.errors import ApplyError
 
 from ._fs import FileSystem, PathState, Tree
 
-__all__ = ["Journal", "TransactionOutcome", "recover", "undo"]
+__all__ = ["Journal", "RollbackReport", "TransactionOutcome", "recover", "undo"]
 
 JOURNAL_DIR = ".opsrun"
 _CURRENT = f"{JOURNAL_DIR}/current"
@@ -40,6 +41,7 @@ _LOCK = f"{JOURNAL_DIR}/lock"
 _TX = f"{JOURNAL_DIR}/tx"
 
 Status = Literal["prepared", "committed", "rolled_back", "undoing", "undone"]
+_SETID = stat.S_ISUID | stat.S_ISGID
 
 
 class TransactionOutcome(BaseModel):
@@ -51,6 +53,25 @@ class TransactionOutcome(BaseModel):
     outcome: Literal["nothing", "rolled_back", "undone"] = Field(
         description="nothing to do, an interrupted transaction was rolled back, or undo finished."
     )
+    kept: tuple[str, ...] = Field(
+        default=(),
+        description="Directories the transaction created that were left in place because "
+        "they hold files it did not create (those files are untouched).",
+    )
+    setid_cleared: tuple[str, ...] = Field(
+        default=(),
+        description="Files restored from the journal without the setuid/setgid bits they had.",
+    )
+
+
+@dataclass
+class RollbackReport:
+    """What a rollback could not give back exactly (both empty: the old tree, byte for byte)."""
+
+    kept: list[str]
+    """Created directories left in place: they hold files the transaction did not create."""
+    setid_cleared: list[str]
+    """Files restored without their setuid/setgid bits (modes read back from disk)."""
 
 
 class _Entry(BaseModel):
@@ -71,6 +92,22 @@ class _Manifest(BaseModel):
 
 def _depth(path: str) -> int:
     return path.count("/")
+
+
+def norm_path(path: str) -> str:
+    """Return ``path`` as the tree resolves it: ``\\`` separates, empty segments (``src/``) go."""
+    return "/".join(s for s in path.replace("\\", "/").split("/") if s)
+
+
+def _unique(entries: Iterable[_Entry]) -> list[_Entry]:
+    """One entry per path the tree resolves to (``src/new/`` and ``src/new`` are one
+    directory: removing it twice, the first time before its files, would fail)."""
+    seen: dict[str, _Entry] = {}
+    for entry in entries:
+        seen.setdefault(
+            norm_path(entry.path), entry.model_copy(update={"path": norm_path(entry.path)})
+        )
+    return list(seen.values())
 
 
 def fingerprint(state: PathState) -> str:
@@ -107,7 +144,9 @@ class Journal:
         return f"{_TX}/{self.tx_id}"
 
     def _save(self, *, sync_dir: bool = True) -> None:
-        data = self.manifest.model_dump_json().encode()
+        # ASCII JSON: a file name that is not UTF-8 (os.listdir gives it back with lone
+        # surrogates) is kept as a \udcXX escape, losslessly, instead of failing to encode.
+        data = json.dumps(self.manifest.model_dump(), ensure_ascii=True).encode("ascii")
         self.tree.write(
             f"{self._dir()}/manifest.json",
             data,
@@ -268,11 +307,30 @@ def _prune(tree: Tree, keep: str) -> None:
             return
 
 
-def rollback(journal: Journal, data: Callable[[_Entry], bytes] | None = None) -> None:
-    """Put every touched path back as it was; safe to run again after an interruption."""
+def rollback(
+    journal: Journal, data: Callable[[_Entry], bytes] | None = None, *, trusted: bool = False
+) -> RollbackReport:
+    """Put every touched path back as it was; safe to run again after an interruption.
+
+    A directory the transaction created is removed only when empty: one that meanwhile
+    received files the transaction did not create (a check's ``__pycache__``, a user's
+    file) is left in place with them and listed in the report, so a rollback never
+    deletes foreign files and never fails for them.
+
+    Args:
+        journal: The transaction.
+        data: Where old file bytes come from (default: the journal's blobs).
+        trusted: The entries come from this process's own snapshot, not from a journal
+            read back from disk: set-id bits are then restored (with the old owner).
+            Otherwise they are cleared and the files listed in the report.
+
+    Raises:
+        OSError, ApplyError: the file system failed; the rollback may be run again.
+    """
     tree = journal.tree
-    entries = journal.manifest.entries
+    entries = _unique(journal.manifest.entries)
     read = data or journal.blob
+    report = RollbackReport(kept=[], setid_cleared=[])
     parents = sorted({e.path.rpartition("/")[0] for e in entries})
     for parent in parents:
         for name in tree.listdir(parent):
@@ -280,26 +338,49 @@ def rollback(journal: Journal, data: Callable[[_Entry], bytes] | None = None) ->
                 tree.remove(f"{parent}/{name}" if parent else name)
     for entry in sorted(entries, key=lambda e: -_depth(e.path)):
         stale_file = entry.kind == "dir" and tree.state(entry.path, read=False).kind == "file"
-        if entry.kind == "none" or stale_file:
-            tree.remove(entry.path)
+        if (entry.kind == "none" or stale_file) and not _remove_if_empty(tree, entry.path):
+            report.kept.append(entry.path)
     for entry in sorted(entries, key=lambda e: _depth(e.path)):
         if entry.kind == "dir":
             tree.mkdir(entry.path, entry.mode)
         elif entry.kind == "file":
             old = read(entry)
             now = tree.state(entry.path)
+            restore_setid = trusted and entry.owner is not None
+            wanted = entry.mode if restore_setid else entry.mode & ~_SETID
             if now.kind == "dir":
                 _remove_tree(tree, entry.path)
-            elif now.kind == "file" and now.data == old and now.mode == entry.mode:
+            elif (
+                now.kind == "file"
+                and now.data == old
+                and now.mode == wanted
+                and (not restore_setid or now.owner == entry.owner)
+            ):
                 continue
             tree.write(
                 entry.path,
                 old,
                 entry.mode,
                 temp=journal.temp_name(),
-                keep_setid=False,
+                keep_setid=restore_setid,
                 owner=entry.owner,
+                restore_owner=restore_setid,
             )
+            if entry.mode & _SETID and not restore_setid:
+                report.setid_cleared.append(entry.path)
+    return report
+
+
+def _remove_if_empty(tree: Tree, path: str) -> bool:
+    """Remove the file or empty directory at ``path``; False when it is a directory that
+    still holds something (it is left as it is)."""
+    try:
+        tree.remove(path)
+    except OSError as exc:
+        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            return False
+        raise
+    return True
 
 
 def _remove_tree(tree: Tree, path: str) -> None:
@@ -333,15 +414,33 @@ def _open(tree: Tree, lock_fd: int) -> Journal | None:
 
 def _finish_pending(journal: Journal) -> TransactionOutcome:
     status = journal.manifest.status
-    if status == "prepared":
-        rollback(journal)
-        journal.set_status("rolled_back")
-        return TransactionOutcome(tx_id=journal.tx_id, outcome="rolled_back")
-    if status == "undoing":
-        rollback(journal)
-        journal.set_status("undone")
-        return TransactionOutcome(tx_id=journal.tx_id, outcome="undone")
-    return TransactionOutcome(tx_id=journal.tx_id, outcome="nothing")
+    if status not in ("prepared", "undoing"):
+        return TransactionOutcome(tx_id=journal.tx_id, outcome="nothing")
+    report = rollback(journal)
+    journal.set_status("rolled_back" if status == "prepared" else "undone")
+    return _outcome(journal, "rolled_back" if status == "prepared" else "undone", report)
+
+
+def _outcome(
+    journal: Journal, outcome: Literal["rolled_back", "undone"], report: RollbackReport
+) -> TransactionOutcome:
+    return TransactionOutcome(
+        tx_id=journal.tx_id,
+        outcome=outcome,
+        kept=tuple(report.kept),
+        setid_cleared=tuple(report.setid_cleared),
+    )
+
+
+def _foreign(tree: Tree, entries: list[_Entry]) -> list[str]:
+    """Paths inside the directories the transaction created that it did not create."""
+    created = {e.path for e in _unique(entries) if e.kind == "none"}
+    found: list[str] = []
+    for path in sorted(created):
+        if tree.state(path, read=False).kind != "dir":
+            continue
+        found += [f"{path}/{n}" for n in tree.listdir(path) if f"{path}/{n}" not in created]
+    return found
 
 
 def open_locked(tree: Tree) -> tuple[int, TransactionOutcome]:
@@ -373,7 +472,10 @@ def recover(root: str | os.PathLike[str], *, fs: FileSystem | None = None) -> Tr
 
     A transaction that committed is left as it is (the new tree); one that did not
     is rolled back (the old tree); an interrupted :func:`undo` is finished. Safe to
-    call at any time and again after it fails.
+    call at any time and again after it fails. A directory the transaction created
+    that holds files it did not create is left in place with them
+    (``TransactionOutcome.kept``); set-id bits are not restored from the journal
+    (``TransactionOutcome.setid_cleared``).
 
     Raises:
         ApplyError: ``ERR_TX_BUSY`` while another transaction runs, ``ERR_IO`` when
@@ -396,11 +498,15 @@ def recover(root: str | os.PathLike[str], *, fs: FileSystem | None = None) -> Tr
 def undo(root: str | os.PathLike[str], *, fs: FileSystem | None = None) -> TransactionOutcome:
     """Revert the last committed transaction in ``root``.
 
+    Set-id bits are not restored from the journal: the files concerned are listed in
+    ``TransactionOutcome.setid_cleared``.
+
     Raises:
         ApplyError: ``ERR_NOTHING_TO_UNDO`` when the last transaction is not a
-            committed one; ``ERR_UNDO_CONFLICT`` when a touched path changed since
-            (nothing is reverted then); ``ERR_TX_BUSY``; ``ERR_IO`` (an undo cut short
-            is finished by :func:`recover`).
+            committed one; ``ERR_UNDO_CONFLICT`` when a touched path changed since, or
+            a directory it created holds something it did not create (nothing is
+            reverted then; ``details["paths"]``); ``ERR_TX_BUSY``; ``ERR_IO`` (an undo
+            cut short is finished by :func:`recover`).
     """
     try:
         tree = Tree(fs or FileSystem(), root)
@@ -418,18 +524,21 @@ def undo(root: str | os.PathLike[str], *, fs: FileSystem | None = None) -> Trans
                 )
             after = journal.manifest.after
             now = after_state(tree, after)
-            changed = sorted(p for p, f in after.items() if now[p] != f)
+            changed = [p for p, f in after.items() if now[p] != f]
+            # A created directory's fingerprint is only "dir": what was added inside it
+            # shows up here, and undo would otherwise delete around it and stop half-way.
+            changed = sorted({*changed, *_foreign(tree, journal.manifest.entries)})
             if changed:
                 raise ApplyError(
-                    f"cannot undo: {len(changed)} path(s) changed since the transaction, "
+                    f"cannot undo: {len(changed)} path(s) changed or added since the transaction, "
                     f"first {changed[0]!r}",
                     code="ERR_UNDO_CONFLICT",
                     details={"tx_id": journal.tx_id, "paths": changed},
                 )
             journal.set_status("undoing")
-            rollback(journal)
+            report = rollback(journal)
             journal.set_status("undone")
-            return TransactionOutcome(tx_id=journal.tx_id, outcome="undone")
+            return _outcome(journal, "undone", report)
         finally:
             tree.fs.close(lock_fd)
     except OSError as exc:

@@ -82,7 +82,10 @@ def _rate(part: int, whole: int) -> float:
 
 
 def _codes(trace: Mapping[str, Any]) -> set[str]:
-    errors = trace.get("errors") or []
+    """The error codes a trace lists (none when ``errors`` is not a list)."""
+    errors = trace.get("errors")
+    if not isinstance(errors, list):
+        return set()
     return {str(e["code"]) for e in errors if isinstance(e, Mapping) and e.get("code")}
 
 
@@ -138,17 +141,21 @@ def fallback_metrics(
 
 
 def load_traces(root: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], int]:
-    """Read ``<root>/.opsrun/traces/*.json``; return the traces and how many were unreadable."""
+    """Read ``<root>/.opsrun/traces/*.json``; return the traces and how many were unreadable.
+
+    A file counts as unreadable when it cannot be read, is not JSON (too deeply nested
+    included), is not an object, or has an ``errors`` field that is not a list.
+    """
     folder = Path(root) / TRACE_DIR
     traces: list[dict[str, Any]] = []
     bad = 0
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
         try:
             value = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             bad += 1
             continue
-        if isinstance(value, dict):
+        if isinstance(value, dict) and isinstance(value.get("errors", []), list):
             traces.append(value)
         else:
             bad += 1
