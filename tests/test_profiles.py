@@ -272,6 +272,49 @@ def test_cross_hook_dependency_of_an_operation_in_both_hooks() -> None:
     assert "runs in after_main_llm" in issue.message
 
 
+def _with(entry: dict[str, Any], **config: Any) -> dict[str, Any]:
+    return {**entry, "config": {**entry["config"], **config}}
+
+
+def test_a_required_operation_on_a_disabled_dependency_is_unreachable() -> None:
+    prof = profile(
+        _with(op("lookup"), enabled=False), _with(op("guard", depends_on=["lookup"]), required=True)
+    )
+    issue = only(compute_catalog("lookup", "guard").validate(prof), Code.UNREACHABLE_DEPENDENCY)
+    assert issue.operation_id == "guard"
+    assert "'lookup', which is disabled" in issue.message
+
+
+def test_a_required_operation_on_a_dependency_of_other_triggers_is_unreachable() -> None:
+    prof = profile(
+        _with(op("regen_only"), triggers=["regenerate"]),
+        _with(op("checker", depends_on=["regen_only"]), required=True),
+        _with(
+            op("regen_checker", depends_on=["regen_only"]), required=True, triggers=["regenerate"]
+        ),
+    )
+    cat = compute_catalog("regen_only", "checker", "regen_checker")
+    issue = only(cat.validate(prof), Code.UNREACHABLE_DEPENDENCY)
+    assert issue.operation_id == "checker"
+    assert "runs on generate but its dependency 'regen_only' does not" in issue.message
+
+
+def test_optional_or_disabled_dependants_of_operations_that_cannot_run_are_valid() -> None:
+    """Only a required operation makes every run fail; an optional one is just skipped."""
+    prof = profile(
+        _with(op("lookup"), enabled=False),
+        op("optional", depends_on=["lookup"]),
+        _with(op("off", depends_on=["lookup"]), required=True, enabled=False),
+    )
+    assert compute_catalog("lookup", "optional", "off").validate(prof) == []
+
+
+def test_every_issue_code_is_documented() -> None:
+    text = (EXAMPLES.parent / "docs" / "error-codes.md").read_text(encoding="utf-8")
+    section = text[text.index("## Profile issues") :]
+    assert [c for c in ProfileIssueCode if f"| `{c.value}` |" not in section] == []
+
+
 def test_dependency_cycle_names_the_cycle() -> None:
     prof = profile(
         op("a", depends_on=["b"]),
@@ -538,6 +581,8 @@ def test_every_code_can_be_produced_by_one_profile() -> None:
         op("y", depends_on=["x"]),
         op("before", hooks=[BEFORE]),
         op("after", hooks=[AFTER], depends_on=["before"]),
+        _with(op("off"), enabled=False),
+        _with(op("needs_off", depends_on=["off"]), required=True),
         op("w1", params=llm_params("world_state")),
         op("w2", params=llm_params("world_state")),
         op("untagged"),
@@ -556,6 +601,8 @@ def test_every_code_can_be_produced_by_one_profile() -> None:
         definition("y"),
         definition("before"),
         definition("after"),
+        definition("off"),
+        definition("needs_off"),
         definition("w1", "llm"),
         definition("w2", "llm"),
         definition("untagged", writes=True),

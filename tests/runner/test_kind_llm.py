@@ -422,11 +422,17 @@ async def test_schema_mismatch_is_output_parse_error() -> None:
     assert "is not of type 'integer'" in op.outputs_summary["parseErrorMessage"]
 
 
-async def test_unknown_schema_ref_is_a_config_error_before_any_call() -> None:
-    h = Harness()
-    result = await h.run(llm_params(output={"mode": "json", "schemaRef": "missing"}))
-    assert error_code(result) == "config_error"
-    assert h.provider.calls == 0
+async def test_an_unknown_schema_ref_is_refused_before_any_call() -> None:
+    """With no schemas given, or other ones: the profile is invalid when saved, and a
+    run refuses it before any call."""
+    for schemas in (None, {"hp": HP_SCHEMA}):
+        h = Harness(schemas=schemas)
+        params = llm_params(output={"mode": "json", "schemaRef": "missing"})
+        (problem,) = h.issues(params)
+        assert "output.schemaRef 'missing' is not a registered schema" in problem
+        with pytest.raises(ProfileInvalid):
+            await h.run(params)
+        assert h.provider.calls == 0
 
 
 async def test_an_invalid_schema_is_refused_when_the_profile_is_saved() -> None:

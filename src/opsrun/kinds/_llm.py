@@ -420,7 +420,6 @@ class LlmOperation(Operation[LlmParams]):
         self.credentials = credentials
         self.engine = engine or TemplateEngine()
         self.schemas: Mapping[str, Mapping[str, Any]] = schemas if schemas is not None else {}
-        self._schemas_given = schemas is not None
         self.token_counter: TokenCounter = token_counter or approximate_tokens
         self.redact_outputs = redact_outputs
         self.sleep: Sleep = sleep or anyio.sleep
@@ -539,8 +538,7 @@ class LlmOperation(Operation[LlmParams]):
     def check(self, params: LlmParams) -> list[str]:
         """What would fail at run time: templates that do not parse and, when the kind
         was given a provider registry, an unknown ``providerRef``, a ``credentialRef``
-        without a resolver, and an unknown or invalid ``schemaRef`` (when it was given
-        schemas)."""
+        without a resolver, and an unknown or invalid ``schemaRef``."""
         templates = {"system": params.system, "prompt": params.prompt}
         problems = template_problems(
             self.engine, templates, strict_variables=params.strict_variables
@@ -549,7 +547,7 @@ class LlmOperation(Operation[LlmParams]):
             return problems  # a catalog for validation alone: references are not known
         lookups: list[Callable[[], object]] = [lambda: self._provider(params.provider_ref)]
         schema_ref = params.output.schema_ref
-        if schema_ref is not None and self._schemas_given:
+        if schema_ref is not None:
             lookups.append(lambda: self._validator(schema_ref))
         if params.credential_ref is not None and self.credentials is None:
             problems.append("credentialRef is set but no credential resolver was given")

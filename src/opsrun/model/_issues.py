@@ -18,6 +18,7 @@ class ProfileIssueCode(StrEnum):
     UNKNOWN_DEPENDENCY = "unknown_dependency"
     SELF_DEPENDENCY = "self_dependency"
     CROSS_HOOK_DEPENDENCY = "cross_hook_dependency"
+    UNREACHABLE_DEPENDENCY = "unreachable_dependency"
     DEPENDENCY_CYCLE = "dependency_cycle"
     DUPLICATE_WRITE_TAG = "duplicate_write_tag"
     WRITE_TAG_UNKNOWN = "write_tag_unknown"

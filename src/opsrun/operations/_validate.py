@@ -15,11 +15,13 @@ from pydantic import BaseModel, ValidationError
 
 from ..model import (
     Hook,
+    OperationConfig,
     OperationDefinition,
     OperationProfile,
     ProfileIssue,
     ProfileIssueCode,
     ProfileOperation,
+    Trigger,
     check_tag,
 )
 from ._operation import Operation
@@ -130,6 +132,9 @@ def _check_writers(writers: Mapping[str, list[str]], add: _Add) -> None:
             )
 
 
+_NO_CHILDREN: list[str] = []
+
+
 def find_cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
     """Return one cycle per strongly connected component that has one.
 
@@ -138,6 +143,8 @@ def find_cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
     cycles here (they are reported separately). Iterative, so deep graphs are fine.
     """
     adjacency = {node: sorted(set(targets)) for node, targets in graph.items()}
+    # Each node's children without itself, made once: a node is revisited once per child.
+    children_of = {node: [c for c in targets if c != node] for node, targets in adjacency.items()}
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     on_stack: set[str] = set()
@@ -154,7 +161,7 @@ def find_cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
         on_stack.add(root)
         while work:
             node, child_i = work[-1]
-            children = [c for c in adjacency.get(node, []) if c != node]
+            children = children_of.get(node, _NO_CHILDREN)
             if child_i < len(children):
                 work[-1] = (node, child_i + 1)
                 child = children[child_i]
@@ -291,3 +298,27 @@ def _check_dependencies(
                 f"{op_id!r} runs in {', '.join(sorted(h.value for h in missing))} "
                 f"but its dependency {dep!r} does not",
             )
+        if entry.config.required and entry.config.enabled:
+            _check_reachable(op_id, dep, entry.config, target.config, add)
+
+
+def _check_reachable(
+    op_id: str, dep: str, config: OperationConfig, target: OperationConfig, add: _Add
+) -> None:
+    """A required operation whose dependency cannot run would fail every run it is in."""
+    if not target.enabled:
+        add(
+            Code.UNREACHABLE_DEPENDENCY,
+            op_id,
+            f"required {op_id!r} depends on {dep!r}, which is disabled: every run would fail",
+        )
+        return
+    runs_on = set(config.triggers) if config.triggers is not None else set(Trigger)
+    never = sorted(t.value for t in runs_on if not target.runs_on(t))
+    if never:
+        add(
+            Code.UNREACHABLE_DEPENDENCY,
+            op_id,
+            f"required {op_id!r} runs on {', '.join(never)} but its dependency {dep!r} "
+            "does not: every such run would fail",
+        )
