@@ -187,9 +187,26 @@ def test_wrap_system_and_message() -> None:
     assert prompt[2] == "A:<<h1>>"
 
 
-def test_wrap_needs_pre_post_object() -> None:
-    _, plan, _ = assemble(art(value="text", mode="prepend_system", operation="wrap"))
+@pytest.mark.parametrize(
+    "value", ["text", {"pre": 5}, {"pre": None, "post": ["x"]}, {"post": {"a": 1}}, {"x": "y"}]
+)
+def test_wrap_needs_pre_post_strings(value: Any) -> None:
+    prompt, plan, _ = assemble(art(value=value, mode="prepend_system", operation="wrap"))
     assert plan.records[0].reason == "wrap_needs_pre_post"
+    assert prompt[0] == "S:sys"
+
+
+@pytest.mark.parametrize("offset", [0, -1, -3])
+@pytest.mark.parametrize("policy", ["strict_drop", "relocate_to_nearest"])
+def test_relative_to_end_without_a_message_of_that_role_is_not_found(
+    offset: int, policy: str
+) -> None:
+    """Only user messages: an assistant anchor does not exist, whatever the offset."""
+    users = [message(i, ChatRole.USER) for i in range(3)]
+    anchor = RelativeToEnd(offset=offset, role_filter="assistant")
+    artifact = art(mode="as_message", anchor=anchor, depth_policy=policy)
+    plan = plan_inclusions([(0, artifact)], users, users)
+    assert (plan.records[0].included, plan.records[0].reason) == (False, "anchor_not_found")
 
 
 def test_merge_section_into_system_and_message() -> None:

@@ -147,6 +147,8 @@ def _resolve(anchor: AnchorType, history: _History) -> tuple[int, Side] | None:
         indices = history.of_role(anchor.role_filter)
         if anchor.offset == 0:
             return (indices[-1], "after") if indices else None
+        if not indices and anchor.role_filter != "any":
+            return None  # no message of that role at all (an empty history is no_history)
         back = -anchor.offset
         return (indices[-back] if back <= len(indices) else -1), "before"
     base = _resolve(anchor.anchor, history)
@@ -463,5 +465,7 @@ def _parts(
 
 def _wrap_parts(value: JsonValue, fmt: ContentFormat) -> tuple[str, str] | None:
     if not isinstance(value, dict) or not set(value) <= {"pre", "post"} or not value:
+        return None
+    if not all(isinstance(v, str) for v in value.values()):
         return None
     return render_value(value.get("pre", ""), fmt), render_value(value.get("post", ""), fmt)
