@@ -16,9 +16,10 @@
 4. Memory after 10,000 sequential runs with run records pruned.
 5. A 200-long chain costs the same per operation as a 50-long one (CPU time).
 6. Throughput of 100 runs at once against the same 100 runs one after another, each
-   run with 5 operations in its own chat (CPU time; a ratio below 1 means running
-   concurrently costs more, for example in garbage collection of the runs in flight),
-   and the same with the garbage collector off, in the same rounds.
+   run with 5 operations in its own chat and in a task of its own, as a server runs
+   requests, the harness's own cost (empty tasks) subtracted from both (CPU time; a
+   ratio below 1 means running concurrently costs more, for example in garbage
+   collection of the runs in flight); and the same with the garbage collector off.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import statistics
 import sys
 import time
 import tracemalloc
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import anyio
@@ -297,40 +298,61 @@ def early_start() -> None:
     )
 
 
+Pair = tuple[float, float]
+"""CPU time of ``width`` runs in sequence, and of the same runs at once."""
+
+
 async def concurrency_rounds(
     runner: Runner, stores: InMemoryStores, width: int, rounds: int
-) -> dict[bool, list[tuple[float, float]]]:
-    """Per round, with the garbage collector on and then off: CPU time of ``width`` runs
-    in sequence and of the same runs at once."""
+) -> dict[str, list[Pair]]:
+    """Per round, CPU time of ``width`` runs in sequence and of the same runs at once,
+    each run in a task of its own (as a server runs each request), with the garbage
+    collector on and off; and the same with an empty coroutine in place of each run:
+    the harness (task starts, waiting for each), to subtract."""
 
     async def one() -> None:
         result = await runner.run(request())
         await stores.runs.delete_run(result.run.run_id)
 
-    async def at_once() -> None:
+    async def nothing() -> None:
+        pass
+
+    async def then(job: Callable[[], Coroutine[Any, Any, None]], done: anyio.Event) -> None:
+        await job()
+        done.set()
+
+    async def one_by_one(job: Callable[[], Coroutine[Any, Any, None]]) -> None:
         async with anyio.create_task_group() as tg:
             for _ in range(width):
-                tg.start_soon(one)
+                done = anyio.Event()
+                tg.start_soon(then, job, done)
+                await done.wait()
 
-    times: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
+    async def at_once(job: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        async with anyio.create_task_group() as tg:
+            for _ in range(width):
+                tg.start_soon(job)
+
+    async def pair(job: Callable[[], Coroutine[Any, Any, None]]) -> Pair:
+        gc.collect()
+        t0 = CPU()
+        await one_by_one(job)
+        elapsed = CPU() - t0
+        gc.collect()
+        t0 = CPU()
+        await at_once(job)
+        return elapsed, CPU() - t0
+
+    times: dict[str, list[Pair]] = {"runs": [], "runs, gc off": [], "harness": []}
     for _ in range(width):  # warm-up, not recorded
         await one()
     try:
         for _ in range(rounds):
-            for collector in (True, False):
-                gc.collect()
-                if not collector:
-                    gc.disable()
-                t0 = CPU()
-                for _ in range(width):
-                    await one()
-                sequential = CPU() - t0
-                gc.collect()
-                t0 = CPU()
-                await at_once()
-                concurrent = CPU() - t0
-                gc.enable()
-                times[collector].append((sequential, concurrent))
+            times["runs"].append(await pair(one))
+            times["harness"].append(await pair(nothing))
+            gc.disable()
+            times["runs, gc off"].append(await pair(one))
+            gc.enable()
     finally:
         gc.enable()
     return times
@@ -339,19 +361,32 @@ async def concurrency_rounds(
 def concurrency() -> None:
     """100 runs at once (each in its own chat) cost no more CPU than the same in sequence.
 
-    Measured again with the garbage collector off, in the same rounds: what is left
-    then is the task each concurrent run gets and the memory of 100 runs in flight, so
-    the difference between the two ratios is what the collector costs.
+    Each run is in a task of its own in both modes, as a server runs each request; the
+    harness (starting the tasks, waiting for each in sequence), measured with empty
+    coroutines in the same rounds, is subtracted from both sides, so the ratio is the
+    runs' own cost of running concurrently (the garbage collector walking the runs in
+    flight, memory). The same with the collector off tells how much is the collector's.
     """
     width = 100
     rounds = 5 if QUICK else 15
     runner, stores = build(5)
     times = anyio.run(concurrency_rounds, runner, stores, width, rounds)
-    for collector, label in ((True, ""), (False, ", garbage collector off")):
-        ratios = sorted(seq / conc for seq, conc in times[collector])
-        extra = statistics.median((conc - seq) / width * 1e6 for seq, conc in times[collector])
-        sequential = statistics.median(seq / width * 1e6 for seq, _ in times[collector])
-        target = " [target >= 0.9x]" if collector else ""
+    harness = times["harness"]
+    seq_harness = statistics.median(seq for seq, _ in harness) / width * 1e6
+    conc_harness = statistics.median(conc for _, conc in harness) / width * 1e6
+    print(
+        f"{width} concurrent runs, harness per run: {seq_harness:.0f} us in sequence, "
+        f"{conc_harness:.0f} us at once (task starts; subtracted below)"
+    )
+    for mode, label in (("runs", ""), ("runs, gc off", ", garbage collector off")):
+        engine = [
+            (seq - h_seq, conc - h_conc)
+            for (seq, conc), (h_seq, h_conc) in zip(times[mode], harness, strict=True)
+        ]
+        ratios = sorted(seq / conc for seq, conc in engine)
+        extra = statistics.median((conc - seq) / width * 1e6 for seq, conc in engine)
+        sequential = statistics.median(seq / width * 1e6 for seq, _ in engine)
+        target = " [target >= 0.9x]" if mode == "runs" else ""
         print(
             f"{width} concurrent runs vs in sequence (throughput, CPU time{label}): "
             f"{statistics.median(ratios):4.2f}x{target} "
