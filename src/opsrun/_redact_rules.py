@@ -28,6 +28,10 @@ __all__ = [
     "BUILTIN_RULES",
     "ELLIPSIS",
     "MASK",
+    "NETRC_MAX_CHARS",
+    "NETRC_MAX_WORDS",
+    "NETRC_OPENER",
+    "NETRC_PASSWORD",
     "Rule",
     "apply_rules",
     "redact_builtin",
@@ -109,15 +113,58 @@ def _long_random(text: str) -> bool:
     return len(text) >= 32 and _random(text)
 
 
+# What a value a token rule already masked looks like: at most a family prefix, then the
+# mask ("sk-proj-…[REDACTED]"), or the mask alone (a value masked before).
+_ALREADY = re.compile(r"(?:[A-Za-z0-9_\-.:/]{0,12}" + ELLIPSIS + r")?\[REDACTED\]")
+
+
 def mask_assignment(match: re.Match[str]) -> str:
     """Keep ``prefix`` (key, separator, quote) and ``close``; mask the value."""
     value = match.group("body")
-    # A value a token rule already masked stays as it is. A bare value stops short of
-    # the mask's "]", so look one character past it.
-    already = MASK in match.string[match.start("body") : match.end("body") + 1]
-    if already or not value.strip():
+    # A value a token rule already masked stays as it is (it keeps its family prefix). A
+    # bare value stops short of the mask's "]", so look one character past it. A value
+    # that holds more than that (words, an unclosed quote, a key glued to a password) is
+    # masked whole: what else it holds must not depend on the key inside it.
+    already = _ALREADY.match(match.string, match.start("body"))
+    if (already and already.end() >= match.end("body")) or not value.strip():
         return match.group(0)
     return f"{match.group('prefix')}{MASK}{match.group('close') or ''}"
+
+
+# Bare values that are not secrets: JSON/YAML/Python literals, and in JSON or a dict repr
+# (the key was quoted) numbers; an identifier that is called or indexed is code.
+_LITERALS = frozenset({"null", "true", "false", "none", "nil", "undefined"})
+_NUMBER = re.compile(r"-?[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+_EXPRESSION = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*[(\[]")
+_REST_OF_WORD = re.compile(r"\S{0,256}")
+
+
+def _is_code_or_literal(match: re.Match[str]) -> bool:
+    """Whether an unquoted assigned value is a literal, a JSON number or an expression.
+
+    An expression (``tokens[0]``, ``get_password(user)``, ``os.environ['KEY']``) must
+    close its bracket within the same word, so that the decision never depends on text
+    more than a word away (the streamed text is held a few words only).
+    """
+    value = match.group("body")
+    if value.lower() in _LITERALS:
+        return True
+    if match.group("kq") is not None and _NUMBER.fullmatch(value):
+        return True
+    call = _EXPRESSION.match(value)
+    if call is None:
+        return False
+    closer = ")" if call.group(0).endswith("(") else "]"
+    rest = _REST_OF_WORD.match(match.string, match.end("body"))
+    return rest is not None and closer in rest.group(0)
+
+
+def _mask_assigned(match: re.Match[str]) -> str:
+    """:func:`mask_assignment` for ``key = value`` pairs, leaving literals and code alone."""
+    unquoted = all(match.group(q) is None for q in ("dq", "edq", "sq"))
+    if unquoted and _is_code_or_literal(match):
+        return match.group(0)
+    return mask_assignment(match)
 
 
 def _mask_line(match: re.Match[str]) -> str:
@@ -183,24 +230,36 @@ def _mask_userinfo(match: re.Match[str]) -> str:
 _T = r"[A-Za-z0-9_\-]"
 # After a token boundary or a JSON/repr escape (\n, \t, \r) — for words (bearer, cookie).
 _START = r"(?:(?<![A-Za-z0-9_\-])|(?<=\\[nrt]))"
+# Inside a netrc entry: between a keyword and its value a space or tab, or an escaped tab
+# (\t, up to three backslashes); before a keyword also a line break.
+_NETRC_GAP = r"(?:[ \t]|\\{1,3}t)"
+_NETRC_BREAK = r"(?:[ \t\r\n]|\\{1,3}[nrt])"
 # A key's closing quote, or a value's opening one, escaped in double-encoded JSON (\").
 _Q = r"(?:\\{0,3}[\"'])?"
-_SEP = r"[ \t]{0,10}[:=][ \t]{0,10}"
+# "==" and ":=" compare or bind in code; they do not assign a value.
+_SEP = r"[ \t]{0,10}[:=](?!=)[ \t]{0,10}"
 
-# Names that may end an identifier (DB_PASSWORD, OPENAI_API_KEY, AWS_SESSION_TOKEN); a
-# bare "token" may not, so that "max_token=100" and the like stay readable.
+# Names that may end an identifier or follow a dash (DB_PASSWORD, OPENAI_API_KEY,
+# --password, X-Auth-Token, admin-password); "password" and "passwd" may also end a word
+# (PGPASSWORD, userPassword). A bare "token" may only open a "--token" flag, so that
+# "max_token=100" and the like stay readable.
 _KEY_NAMES = (
-    r"(?:(?<![A-Za-z0-9\-])|(?<=\\[nrt]))(?:x[_-]api[_-]key|api[_-]?key|api[_-]?secret"
+    r"(?:(?<![A-Za-z0-9])|(?<=\\[nrt]))(?:x[_-]api[_-]key|api[_-]?key|api[_-]?secret"
     r"|access[_-]?token|refresh[_-]?token|auth[_-]?token|session[_-]?token|client[_-]?secret"
     r"|secret[_-]?access[_-]?key|secret[_-]?key|secret|account[_-]?key"
-    r"|shared[_-]?access[_-]?key|password|passphrase|passwd|pwd)"
-    r"|(?:(?<![A-Za-z0-9_\-])|(?<=\\[nrt]))token"
+    r"|shared[_-]?access[_-]?key|passphrase|pwd)"
+    r"|passw(?:or)?d"
+    r"|(?:(?<![A-Za-z0-9_\-])|(?<=\\[nrt]))(?:--)?token"
 )
 # A quoted value runs to its own closing quote; a backslash inside it belongs to the
 # value unless it escapes that quote (double-encoded JSON: \"…\").
 _DQ_BODY = r"(?:[^\"\\\n]|\\(?!\\{0,3}\"))+"
+# Opened by a plain double quote, the value is a JSON (or Python) string: an escape pair
+# (\" \\ \n) belongs to it and only a plain quote ends it, so masking keeps it a string.
+_JSON_BODY = r"(?:[^\"\\\n]|\\[^\n])+"
 _SQ_BODY = r"(?:[^'\\\n]|\\(?!\\{0,3}'))+"
-_BARE_BODY = r"[^\s\"',;&<>)}\]\\]+"
+# A bare value does not open a bracket or an object ({"password": {…}}, {{ var }}).
+_BARE_BODY = r"[^\s\"',;&<>(){}\[\]\\=][^\s\"',;&<>)}\]\\]*"
 
 
 def _rule(
@@ -397,10 +456,10 @@ BUILTIN_RULES: tuple[Rule, ...] = (
     ),
     _rule(
         "netrc",
-        rf"(?i){_START}(?P<prefix>(?:machine(?:[ \t]|\\{{1,3}}t){{1,16}}[^\s\\\"']{{1,256}}"
-        r"|default(?=(?:[ \t]|\\{1,3}t){1,16}login))"
-        r"(?:(?:[ \t\r\n]|\\{1,3}[nrt]){1,16}(?:login|account|port)(?:[ \t]|\\{1,3}t){1,16}"
-        r"[^\s\\\"']{1,256}){0,4}(?:[ \t\r\n]|\\{1,3}[nrt]){1,16}password(?:[ \t]|\\{1,3}t){1,16})"
+        rf"(?i){_START}(?P<prefix>(?:machine{_NETRC_GAP}{{1,16}}[^\s\\\"']{{1,256}}"
+        rf"|default(?={_NETRC_GAP}{{1,16}}login))"
+        rf"(?:{_NETRC_BREAK}{{1,16}}(?:login|account|port){_NETRC_GAP}{{1,16}}"
+        rf"[^\s\\\"']{{1,256}}){{0,4}}{_NETRC_BREAK}{{1,16}}password{_NETRC_GAP}{{1,16}})"
         r"(?P<body>[^\s\\\"']+)(?P<close>)",
         mask_assignment,
         ("machine", "default"),
@@ -415,17 +474,18 @@ BUILTIN_RULES: tuple[Rule, ...] = (
     _rule(
         "passphrase",
         # A passphrase is words: the value runs to the end of the line (or its quote).
-        r"(?i)(?:(?<![A-Za-z0-9\-])|(?<=\\[nrt]))"
+        r"(?i)(?:(?<![A-Za-z0-9])|(?<=\\[nrt]))"
         rf"(?P<prefix>passphrase{_Q}{_SEP}{_Q})(?P<body>[^\r\n\"'\\]+)(?P<close>)",
         _mask_line,
         ("passphrase",),
     ),
     _rule(
         "assignment",
-        rf"(?i)(?P<prefix>(?:{_KEY_NAMES}){_Q}{_SEP}(?:\\{{0,3}}(?:(?P<dq>\")|(?P<sq>')))?)"
-        rf"(?P<body>(?(dq){_DQ_BODY}|(?(sq){_SQ_BODY}|{_BARE_BODY})))"
+        rf"(?i)(?P<prefix>(?:{_KEY_NAMES})(?P<kq>\\{{0,3}}[\"'])?{_SEP}"
+        r"(?:(?P<dq>\")|\\{1,3}(?P<edq>\")|\\{0,3}(?P<sq>'))?)"
+        rf"(?P<body>(?(dq){_JSON_BODY}|(?(edq){_DQ_BODY}|(?(sq){_SQ_BODY}|{_BARE_BODY}))))"
         r"(?P<close>\\{0,3}[\"']|)",
-        mask_assignment,
+        _mask_assigned,
         ("key", "secret", "token", "pass", "pwd"),
         # How every key name ends, then its separator.
         r"(?:key|secret|token|password|passwd|passphrase|pwd)[\"'\\]{0,4}[ \t]{0,10}[:=]",
@@ -433,6 +493,18 @@ BUILTIN_RULES: tuple[Rule, ...] = (
 )
 """Token families first (their masks keep a prefix), then the assignment-style rules,
 which leave a value already masked by a token rule alone."""
+
+NETRC_OPENER = re.compile(rf"(?i)(?:machine|default)(?={_NETRC_GAP})")
+"""Where the netrc rule may start an entry: its keyword and separator, after any
+character (the rule's boundary is judged after the token rules ran: a key masked just
+before ``machine`` ends in "]")."""
+NETRC_PASSWORD = re.compile(rf"(?i){_NETRC_BREAK}password{_NETRC_GAP}+[^\s\\\"']*[\s\\\"']")
+"""An entry's password keyword and its whole value (what ends the value follows it)."""
+NETRC_MAX_WORDS = 11
+"""Words of the longest entry before its password's value: machine, host, four
+keyword/value pairs, password."""
+NETRC_MAX_CHARS = 4096
+"""Longer than any entry the netrc rule matches up to its password (about 2,000 chars)."""
 
 _PRIVATE_BEGIN = re.compile(
     r"-----BEGIN (?P<label>[A-Z0-9]{1,20}(?: [A-Z0-9]{1,20}){0,3} )?PRIVATE KEY(?: BLOCK)?-----"

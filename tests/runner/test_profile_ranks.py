@@ -49,6 +49,9 @@ class FreshProfiles:
         assert profile_id == "p"
         return OperationProfile.model_validate_json(PROFILE.model_dump_json())
 
+    async def save_profile(self, profile: OperationProfile) -> None:
+        raise AssertionError("the test saves no profile")
+
 
 def writers() -> OperationCatalog:
     catalog = OperationCatalog()
