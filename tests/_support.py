@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
+from hypothesis import settings
+
 from opsrun.model import (
     Hook,
     OperationConfig,
@@ -111,3 +113,13 @@ def generate(text: str = "hi", **kw: Any) -> RunRequest:
     return RunRequest(
         trigger=Trigger.GENERATE, chat_id="c", profile_id="p", user_message=text, **kw
     )
+
+
+def examples(fraction: float) -> int:
+    """``max_examples`` for a property whose examples are slow: ``fraction`` of the active
+    Hypothesis profile's (tests/conftest.py: ci 200, dev 50), never below 20.
+
+    Call it in the ``@settings`` of a test (when its module is imported, after the
+    conftest loaded the profile), so ci still tries more examples than dev.
+    """
+    return max(20, round(settings().max_examples * fraction))

@@ -13,6 +13,9 @@ from opsrun.runner import Runner
 from opsrun.stores import InMemoryStores
 from opsrun.testing import ScriptedMainLlm
 
+# ``pytester`` runs a pytest inside a test (tests/stores/test_contract_without_stores.py).
+pytest_plugins = ["pytester"]
+
 # Property tests take their example counts from a profile, chosen with the environment
 # variable OPSRUN_HYPOTHESIS_PROFILE: "dev" (the default) keeps the suite quick, "ci" tries
 # more examples in an order fixed by each test (derandomized, no example database), so

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _support import examples
 from opsrun import (
     OperationCatalog,
     OperationContext,
@@ -207,6 +208,9 @@ def valid_profiles(draw: st.DrawFn) -> tuple[OperationProfile, OperationCatalog]
     return profile, catalog_of(definitions)
 
 
+# Each example builds and validates a catalog of up to 12 definitions; half of the
+# profile's examples still combine every style of operation and hook many times.
+@settings(max_examples=examples(1 / 2))
 @given(valid_profiles())
 def test_valid_random_profile_has_no_issues(
     case: tuple[OperationProfile, OperationCatalog],

@@ -7,9 +7,10 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _support import examples
 from opsrun.model import (
     AfterLastUser,
     AfterMessageId,
@@ -144,6 +145,12 @@ effect_lists = st.lists(
 )  # fmt: skip
 
 
+# Drawing a scenario (pydantic records) is most of each example's time. With up to six
+# artifacts and four effects a scenario, half of the profile's examples still draw every
+# inclusion mode, anchor and effect kind several times.
+SCENARIO_EXAMPLES = settings(max_examples=examples(1 / 2))
+
+
 @st.composite
 def scenarios(draw: st.DrawFn) -> dict[str, Any]:
     history = draw(histories())
@@ -166,6 +173,7 @@ def assemble(
     return assemble_prompt(s["system"], s["kept"], plan, s["effects"])
 
 
+@SCENARIO_EXAMPLES
 @given(s=scenarios(), data=st.data())
 def test_input_order_of_artifacts_never_matters(s: dict[str, Any], data: st.DataObject) -> None:
     shuffled = data.draw(st.permutations(s["artifacts"]))
@@ -175,6 +183,7 @@ def test_input_order_of_artifacts_never_matters(s: dict[str, Any], data: st.Data
     assert first == second
 
 
+@SCENARIO_EXAMPLES
 @given(s=scenarios())
 def test_every_artifact_is_accounted_for(s: dict[str, Any]) -> None:
     plan = plan_inclusions(s["artifacts"], s["history"], s["kept"])
@@ -194,11 +203,13 @@ def test_every_artifact_is_accounted_for(s: dict[str, Any]) -> None:
     assert history_ids == [m.message_id for m in s["kept"]]
 
 
+@SCENARIO_EXAMPLES
 @given(s=scenarios())
 def test_without_inclusions_it_is_build_prompt(s: dict[str, Any]) -> None:
     assert assemble(s, []) == build_prompt(s["system"], s["kept"], s["effects"])
 
 
+@SCENARIO_EXAMPLES
 @given(a=scenarios(), data=st.data())
 def test_prompt_hash_is_equal_exactly_when_role_content_pairs_are(
     a: dict[str, Any], data: st.DataObject

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from _support import make_runner
+from _support import examples, make_runner
 from opsrun.errors import ProfileInvalid
 from opsrun.kinds import builtin_kinds
 from opsrun.kinds.liquid import TemplateEngine, TemplateLimits
@@ -394,7 +394,9 @@ _templates = st.lists(_fragments | st.text(max_size=6), max_size=5).map("".join)
 
 
 # Drawing recursive JSON values can be slow on a loaded machine; that is not a failure.
-@settings(suppress_health_check=[HealthCheck.too_slow])
+# Every example is a whole run, and each backend draws examples of its own: half of the
+# profile's on each still combine every fragment with the others many times.
+@settings(suppress_health_check=[HealthCheck.too_slow], max_examples=examples(1 / 2))
 @given(template=_templates, value=_json, strict=st.booleans())
 async def test_any_template_renders_or_fails_with_template_render_error(
     template: str, value: Any, strict: bool

@@ -1,9 +1,10 @@
-"""One process of the multi-process PostgreSQL tests (``test_postgres_processes.py``).
+"""The worker function of the multi-process PostgreSQL tests (``test_postgres_processes.py``),
+run in processes of their own (``_processes.start_worker``).
 
-``python _postgres_worker.py MODE DSN SCHEMA SYNC_DIR NAME``, with MODE:
+``postgres_worker(mode, dsn, schema, sync_dir, name)``, with ``mode``:
 
 - ``turns``: open the stores, say ready, wait for the go signal, then claim the shared
-  turn keys and run turns on the shared chat branch; print what happened as one JSON line.
+  turn keys and run turns on the shared chat branch; return what happened.
 - ``hold``: hold branch ``main`` of chat :data:`DEAD_CHAT`, say ready, wait for the go
   signal, append events 2 to :data:`FOLLOWED_EVENTS` of run :data:`FOLLOWED_RUN` in small
   batches (the last one ``run.finished``), then die without releasing the branch.
@@ -11,9 +12,7 @@
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -52,17 +51,15 @@ async def events(stores: PostgresStores) -> None:
         await stores.runs.append_events(FOLLOWED_RUN, batch)
 
 
-async def main(mode: str, dsn: str, schema: str, sync_dir: Path, name: str) -> None:
+async def main(mode: str, dsn: str, schema: str, sync_dir: Path, name: str) -> dict[str, Any]:
     async with PostgresStores(dsn, schema=schema, migrate=False) as stores:
         if mode == "hold":
             async with stores.runs.hold_branch(DEAD_CHAT, "main"):
                 ready_then_wait(sync_dir, name)
                 await events(stores)
                 os._exit(0)  # dies holding the branch: its connection ends with it
-        else:
-            print(json.dumps(await run_turns(stores, sync_dir, name)))
+        return await run_turns(stores, sync_dir, name)
 
 
-if __name__ == "__main__":
-    mode, dsn, schema, sync_dir, name = sys.argv[1:6]
-    anyio.run(main, mode, dsn, schema, Path(sync_dir), name)
+def postgres_worker(mode: str, dsn: str, schema: str, sync_dir: Path, name: str) -> dict[str, Any]:
+    return anyio.run(main, mode, dsn, schema, sync_dir, name)

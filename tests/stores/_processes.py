@@ -1,17 +1,23 @@
 """What the multi-process store tests share: the workers' turns and catalog, the profile
 they run, and starting and watching worker processes.
 
-Imported by the workers (``_sqlite_worker.py``, ``_postgres_worker.py``), which run as
-scripts from this folder, and by the tests that start them.
+The workers (``_sqlite_worker.py``, ``_postgres_worker.py``, ``_many_workers.py``) are
+functions run in processes of their own, forked from one server process that imported
+them and opsrun once (:func:`worker_context`); each reports through files in the
+``sync_dir`` the test gives it.
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import json
+import multiprocessing
 import time
+import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from multiprocessing.context import ForkServerContext
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
@@ -107,22 +113,95 @@ async def run_turns(stores: Stores, sync_dir: Path, name: str) -> dict[str, Any]
     return {"claims": claims, "turns": done, "sent": sent}
 
 
-def start_worker(worker: Path, *args: str) -> subprocess.Popen[str]:
-    """``python worker args…`` with its output captured."""
-    return subprocess.Popen(
-        [sys.executable, str(worker), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+PRELOAD = [
+    "_processes",
+    "_sqlite_worker",
+    "_postgres_worker",
+    "_many_workers",
+    "opsrun.stores.sqlite",
+    "opsrun.stores.postgres",
+]
+"""What the fork server imports before it forks workers (one missing, as the PostgreSQL
+store without its extra, is left out)."""
+
+
+def worker_context() -> ForkServerContext:
+    """Worker processes forked from a server that imported :data:`PRELOAD` once.
+
+    A spawned worker spends about a second of CPU importing opsrun before it does
+    anything; the tests start a dozen. The fork server starts with the first worker and
+    lives as long as the test process; it has no state of the tests, so its workers are
+    as fresh as spawned ones.
+    """
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)  # used when the server starts: always the same
+    return context
+
+
+@dataclass
+class Worker:
+    """A started worker process and where it reports."""
+
+    process: BaseProcess
+    sync_dir: Path
+    name: str
+
+    def report(self) -> Any:
+        """What the worker function returned."""
+        return json.loads((self.sync_dir / f"report-{self.name}.json").read_text())
+
+    def problem(self) -> str:
+        """Why the worker failed: its traceback, else its exit code."""
+        error = self.sync_dir / f"error-{self.name}.txt"
+        if error.exists():
+            return error.read_text()
+        return f"worker {self.name} exited with {self.process.exitcode}"
+
+
+def _report(target: Callable[..., Any], sync_dir: str, name: str, args: tuple[Any, ...]) -> None:
+    """In the worker: run ``target(*args)`` and write what it returns, or its traceback."""
+    try:
+        result = target(*args)
+    except BaseException:
+        Path(sync_dir, f"error-{name}.txt").write_text(traceback.format_exc())
+        raise
+    Path(sync_dir, f"report-{name}.json").write_text(json.dumps(result))
+
+
+def start_worker(target: Callable[..., Any], sync_dir: Path, name: str, *args: Any) -> Worker:
+    """Start a worker process running ``target(*args)``; its result is :meth:`Worker.report`.
+
+    ``target`` must be a module-level function of a module in :data:`PRELOAD`.
+    """
+    process = worker_context().Process(
+        target=_report, args=(target, str(sync_dir), name, args), name=f"worker-{name}"
     )
+    process.start()
+    return Worker(process, sync_dir, name)
 
 
-def wait_until(done: Callable[[], bool], processes: list[subprocess.Popen[str]]) -> None:
+def wait_until(done: Callable[[], bool], workers: list[Worker]) -> None:
     """Wait for ``done()``; fail at once when a worker fails."""
     deadline = time.monotonic() + 60  # a safety net for a hung worker, not a measurement
     while not done():
-        for process in processes:
-            if process.poll() not in (None, 0):
-                pytest.fail(f"a worker failed:\n{process.communicate()[1]}")
+        for worker in workers:
+            if worker.process.exitcode not in (None, 0):
+                pytest.fail(f"a worker failed:\n{worker.problem()}")
         assert time.monotonic() < deadline, "workers did not get ready"
         time.sleep(0.01)
+
+
+def join_workers(workers: list[Worker]) -> None:
+    """Wait for the workers to end; fail unless each exited with status 0."""
+    for worker in workers:
+        worker.process.join(120)  # a safety net for a hung worker, not a measurement
+    for worker in workers:
+        assert worker.process.exitcode == 0, worker.problem()
+
+
+def kill_workers(workers: list[Worker]) -> None:
+    """Kill the workers still running (after a failure) and reap them."""
+    for worker in workers:
+        if worker.process.is_alive():
+            worker.process.kill()
+        worker.process.join()

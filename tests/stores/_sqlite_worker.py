@@ -1,22 +1,19 @@
-"""One process of the multi-process SQLite tests (``test_sqlite_processes.py``).
+"""The worker functions of the multi-process SQLite tests (``test_sqlite_processes.py``),
+each run in a process of its own (``_processes.start_worker``).
 
-``python _sqlite_worker.py turns DB SYNC_DIR NAME``: open the stores, say ready, wait for
-the go signal, then claim the shared turn keys and run turns on the shared chat branch;
-print what happened as one JSON line.
+:func:`turns_worker`: open the stores, say ready, wait for the go signal, then claim the
+shared turn keys and run turns on the shared chat branch; return what happened.
 
-``python _sqlite_worker.py hold DB SYNC_DIR NAME``: hold branch ``main`` of chat
-:data:`DEAD_CHAT`, say ready and die without releasing it.
+:func:`hold_worker`: hold branch ``main`` of chat :data:`DEAD_CHAT`, say ready and die
+without releasing it.
 
-``python _sqlite_worker.py stream DB SYNC_DIR NAME``: say ready, wait for the go signal,
-then run one slowly streamed turn on chat :data:`STREAM_CHAT`; print its run id and
-status as one JSON line.
+:func:`stream_worker`: say ready, wait for the go signal, then run one slowly streamed
+turn on chat :data:`STREAM_CHAT`; return its run id and status.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -59,15 +56,13 @@ async def stream(db: str, sync_dir: Path, name: str) -> dict[str, Any]:
         return {"run_id": result.run.run_id, "status": result.status.value}
 
 
-def main() -> None:
-    mode, db, sync_dir, name = sys.argv[1:5]
-    if mode == "hold":
-        anyio.run(hold, db, Path(sync_dir), name)
-    elif mode == "stream":
-        print(json.dumps(anyio.run(stream, db, Path(sync_dir), name)))
-    else:
-        print(json.dumps(anyio.run(turns, db, Path(sync_dir), name)))
+def turns_worker(db: str, sync_dir: Path, name: str) -> dict[str, Any]:
+    return anyio.run(turns, db, sync_dir, name)
 
 
-if __name__ == "__main__":
-    main()
+def hold_worker(db: str, sync_dir: Path, name: str) -> None:
+    anyio.run(hold, db, sync_dir, name)
+
+
+def stream_worker(db: str, sync_dir: Path, name: str) -> dict[str, Any]:
+    return anyio.run(stream, db, sync_dir, name)

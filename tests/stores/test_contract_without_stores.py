@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
+import pytest
 
 SUITE = """
 from opsrun.testing import StoreContract
@@ -15,17 +13,10 @@ class TestForgotten(StoreContract):
 """
 
 
-def test_a_subclass_without_the_stores_fixture_fails_clearly(tmp_path: Path) -> None:
-    (tmp_path / "test_forgotten.py").write_text(SUITE)
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
-         "-k", "asyncio", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        check=False,
-        timeout=120,
-    )  # fmt: skip
-    assert done.returncode == 1
-    assert "TestForgotten must override the `stores` fixture" in done.stdout
-    assert "NotImplementedError" not in done.stdout
+def test_a_subclass_without_the_stores_fixture_fails_clearly(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_forgotten=SUITE)
+    # In this process: a pytest started in a new one spends seconds importing its plugins.
+    done = pytester.runpytest_inprocess("-q", "-p", "no:cacheprovider", "-x", "-k", "asyncio")
+    assert done.ret == 1
+    assert "TestForgotten must override the `stores` fixture" in done.stdout.str()
+    assert "NotImplementedError" not in done.stdout.str()

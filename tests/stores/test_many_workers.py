@@ -1,6 +1,6 @@
 """Many worker processes on one shared store, one of them killed in the middle of a run.
 
-Four spawned processes (``_many_workers.py``) run 50 submissions each on ten shared
+Four worker processes (``_many_workers.py``) run 50 submissions each on ten shared
 chats, so several of them work on one chat branch at the same time; some submissions
 repeat another worker's turn with the same idempotency key. One worker is killed
 (SIGKILL) while a run of its holds a branch; another then resubmits that worker's turns.
@@ -11,7 +11,6 @@ test asserts anything about time; the processes only wait for leases to run out.
 from __future__ import annotations
 
 import importlib
-import multiprocessing
 import os
 import signal
 import sqlite3
@@ -42,6 +41,7 @@ from _many_workers import (
     unique_turns,
     work,
 )
+from _processes import worker_context
 
 from opsrun.model import (
     Artifact,
@@ -100,9 +100,9 @@ def _wait_until(
 def _run_workers(target: Target, sync_dir: Path) -> str:
     """Start the workers, kill the victim inside a run, wait for the others; returns the
     victim's run id."""
-    spawn = multiprocessing.get_context("spawn")
+    context = worker_context()
     processes = [
-        spawn.Process(target=work, args=(target, str(sync_dir), w), name=f"worker-{w}")
+        context.Process(target=work, args=(target, str(sync_dir), w), name=f"worker-{w}")
         for w in range(WORKERS)
     ]
     for process in processes:

@@ -8,8 +8,6 @@ turns overlap; no test asserts anything about time.
 
 from __future__ import annotations
 
-import json
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,13 +16,16 @@ from typing import Any
 import anyio
 import pytest
 from _postgres_support import drop_schema, new_schema, postgres_for_module
-from _postgres_worker import FOLLOWED_EVENTS, FOLLOWED_RUN, followed_event
+from _postgres_worker import FOLLOWED_EVENTS, FOLLOWED_RUN, followed_event, postgres_worker
 from _processes import (
     CHAT,
     COUNTER_PROFILE,
     DEAD_CHAT,
     KEYS,
     TURNS,
+    Worker,
+    join_workers,
+    kill_workers,
     start_worker,
     wait_until,
 )
@@ -42,7 +43,6 @@ from opsrun.model import (
 from opsrun.stores.postgres import PostgresStores
 
 DSN = postgres_for_module()
-WORKER = Path(__file__).with_name("_postgres_worker.py")
 WORKERS = 3
 
 
@@ -56,8 +56,8 @@ class Outcome:
     """The events this process followed while the ``events`` worker appended them."""
 
 
-def _start(mode: str, dsn: str, schema: str, sync_dir: Path, name: str) -> subprocess.Popen[str]:
-    return start_worker(WORKER, mode, dsn, schema, str(sync_dir), name)
+def _start(mode: str, dsn: str, schema: str, sync_dir: Path, name: str) -> Worker:
+    return start_worker(postgres_worker, sync_dir, name, mode, dsn, schema, sync_dir, name)
 
 
 async def _prepare(dsn: str, schema: str) -> None:
@@ -98,23 +98,18 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outcome]:
     try:
         anyio.run(_prepare, dsn, schema)
         names = [str(n) for n in range(WORKERS)]
-        processes = [
+        workers = [
             _start("hold", dsn, schema, root, "dead"),
             *(_start("turns", dsn, schema, root, n) for n in names),
         ]
         try:
             ready = ["dead", *names]
-            wait_until(lambda: all((root / f"ready-{n}").exists() for n in ready), processes)
+            wait_until(lambda: all((root / f"ready-{n}").exists() for n in ready), workers)
             followed = anyio.run(_follow_then_go, dsn, schema, root)
-            outputs = [process.communicate(timeout=120) for process in processes]
+            join_workers(workers)
         finally:
-            for process in processes:
-                if process.poll() is None:
-                    process.kill()
-                    process.communicate()
-        for process, (_, stderr) in zip(processes, outputs, strict=True):
-            assert process.returncode == 0, stderr
-        reports = [json.loads(stdout) for stdout, _ in outputs[1:]]
+            kill_workers(workers)
+        reports = [worker.report() for worker in workers[1:]]
         yield Outcome(dsn, schema, reports, followed)
     finally:
         drop_schema(dsn, schema)

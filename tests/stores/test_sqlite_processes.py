@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
 from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,10 +21,12 @@ from _processes import (
     DEAD_CHAT,
     KEYS,
     TURNS,
+    join_workers,
+    kill_workers,
     start_worker,
     wait_until,
 )
-from _sqlite_worker import STREAM_CHAT, STREAM_REPLY
+from _sqlite_worker import STREAM_CHAT, STREAM_REPLY, hold_worker, stream_worker, turns_worker
 
 from opsrun.model import (
     ChatRole,
@@ -39,7 +40,6 @@ from opsrun.runner import Runner
 from opsrun.stores.sqlite import SqliteStores
 from opsrun.testing import ScriptedMainLlm
 
-WORKER = Path(__file__).with_name("_sqlite_worker.py")
 WORKERS = 3
 
 
@@ -47,10 +47,6 @@ WORKERS = 3
 class Outcome:
     db: Path
     reports: list[dict[str, Any]]
-
-
-def _start(mode: str, db: Path, sync_dir: Path, name: str) -> subprocess.Popen[str]:
-    return start_worker(WORKER, mode, str(db), str(sync_dir), name)
 
 
 async def _save_profile(db: Path) -> None:
@@ -66,19 +62,17 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Outcome:
     db = root / "chat.db"
     anyio.run(_save_profile, db)
     names = [str(n) for n in range(WORKERS)]
-    processes = [_start("hold", db, root, "dead")] + [_start("turns", db, root, n) for n in names]
+    workers = [start_worker(hold_worker, root, "dead", str(db), root, "dead")] + [
+        start_worker(turns_worker, root, n, str(db), root, n) for n in names
+    ]
     try:
         ready = ["dead", *names]
-        wait_until(lambda: all((root / f"ready-{n}").exists() for n in ready), processes)
+        wait_until(lambda: all((root / f"ready-{n}").exists() for n in ready), workers)
         (root / "go").touch()
-        outputs = [process.communicate(timeout=120) for process in processes]
+        join_workers(workers)
     finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-    for process, (_, stderr) in zip(processes, outputs, strict=True):
-        assert process.returncode == 0, stderr
-    return Outcome(db, [json.loads(stdout) for stdout, _ in outputs[1:]])
+        kill_workers(workers)
+    return Outcome(db, [worker.report() for worker in workers[1:]])
 
 
 def _query(db: Path, sql: str, *params: object) -> list[tuple[Any, ...]]:
@@ -171,17 +165,15 @@ async def _follow_the_streamed_run(db: Path) -> tuple[list[RunEvent], list[RunEv
 def test_a_run_executing_in_another_process_is_followed_to_its_end(tmp_path: Path) -> None:
     db = tmp_path / "chat.db"
     SqliteStores(db).close()
-    process = _start("stream", db, tmp_path, "streamer")
+    streamer = start_worker(stream_worker, tmp_path, "streamer", str(db), tmp_path, "streamer")
     try:
-        wait_until(lambda: (tmp_path / "ready-streamer").exists(), [process])
+        wait_until(lambda: (tmp_path / "ready-streamer").exists(), [streamer])
         (tmp_path / "go").touch()
         followed, stored, running_at_first = anyio.run(_follow_the_streamed_run, db)
-        stdout, stderr = process.communicate(timeout=120)
+        join_workers([streamer])
     finally:
-        if process.poll() is None:
-            process.kill()
-    assert process.returncode == 0, stderr
-    report = json.loads(stdout)
+        kill_workers([streamer])
+    report = streamer.report()
     assert report["status"] == "done"
     assert running_at_first  # events were appended while this process followed
     assert followed == stored
