@@ -12,10 +12,13 @@ from typing import Any, Literal
 from hypothesis import settings
 
 from opsrun.model import (
+    Artifact,
     Hook,
     OperationConfig,
     OperationProfile,
+    OperationProfileSessionKey,
     ProfileOperation,
+    Run,
     RunRequest,
     Trigger,
 )
@@ -123,3 +126,16 @@ def examples(fraction: float) -> int:
     conftest loaded the profile), so ci still tries more examples than dev.
     """
     return max(20, round(settings().max_examples * fraction))
+
+
+async def session_artifacts(stores: Stores, run: Run) -> dict[str, Artifact]:
+    """The artifacts of the profile session ``run`` worked in."""
+    assert run.profile_ref is not None
+    assert run.operation_profile_session_id is not None
+    key = OperationProfileSessionKey(
+        chat_id=run.chat_id,
+        branch_id=run.branch_id,
+        profile_ref=run.profile_ref,
+        operation_profile_session_id=run.operation_profile_session_id,
+    )
+    return await stores.sessions.get_artifacts(key)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from _support import generate, make_runner, op, use_profile
+from _support import generate, make_runner, op, session_artifacts, use_profile
 from opsrun.kinds import builtin_kinds
 from opsrun.model import (
     MAX_JSON_DEPTH,
@@ -23,7 +23,6 @@ from opsrun.model import (
     ChatRole,
     MessageVariant,
     OperationDefinition,
-    OperationProfileSessionKey,
     OperationResult,
     OperationStatus,
     RunResult,
@@ -72,16 +71,7 @@ async def run_aux(stores: Stores, reply: str) -> RunResult:
 
 
 async def notes(stores: Stores, result: RunResult) -> Any:
-    run = result.run
-    assert run.profile_ref is not None
-    assert run.operation_profile_session_id is not None
-    key = OperationProfileSessionKey(
-        chat_id=run.chat_id,
-        branch_id=run.branch_id,
-        profile_ref=run.profile_ref,
-        operation_profile_session_id=run.operation_profile_session_id,
-    )
-    return (await stores.sessions.get_artifacts(key))["notes"].value
+    return (await session_artifacts(stores, result.run))["notes"].value
 
 
 def nested(depth: int) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 import pytest
 
-from _support import make_runner
+from _support import make_runner, session_artifacts
 from opsrun.errors import (
     ConfigError,
     ProfileInvalid,
@@ -30,7 +30,6 @@ from opsrun.model import (
     OperationDefinition,
     OperationError,
     OperationProfile,
-    OperationProfileSessionKey,
     OperationRun,
     OperationStatus,
     ProfileOperation,
@@ -151,16 +150,7 @@ class Harness:
         )
 
     async def artifacts(self, result: RunResult) -> dict[str, Artifact]:
-        run = result.run
-        assert run.profile_ref is not None
-        assert run.operation_profile_session_id is not None
-        key = OperationProfileSessionKey(
-            chat_id=run.chat_id,
-            branch_id=run.branch_id,
-            profile_ref=run.profile_ref,
-            operation_profile_session_id=run.operation_profile_session_id,
-        )
-        return await self.stores.sessions.get_artifacts(key)
+        return await session_artifacts(self.stores, result.run)
 
 
 def aux(result: RunResult) -> OperationRun:

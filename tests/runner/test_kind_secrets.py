@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from _support import make_runner
+from _support import make_runner, session_artifacts
 from opsrun.errors import ProviderError
 from opsrun.kinds import builtin_kinds
 from opsrun.model import (
@@ -14,7 +14,6 @@ from opsrun.model import (
     OperationConfig,
     OperationDefinition,
     OperationProfile,
-    OperationProfileSessionKey,
     ProfileOperation,
     RunRequest,
     RunResult,
@@ -40,15 +39,7 @@ async def dump_everything(stores: InMemoryStores, result: RunResult) -> str:
     parts = [run.model_dump_json(), *(o.model_dump_json() for o in op_runs)]
     parts += [e.model_dump_json() for e in await stores.runs.events(run.run_id)]
     parts += [m.model_dump_json() for m in await stores.chats.history(run.chat_id, run.branch_id)]
-    assert run.profile_ref is not None
-    assert run.operation_profile_session_id is not None
-    key = OperationProfileSessionKey(
-        chat_id=run.chat_id,
-        branch_id=run.branch_id,
-        profile_ref=run.profile_ref,
-        operation_profile_session_id=run.operation_profile_session_id,
-    )
-    artifacts = await stores.sessions.get_artifacts(key)
+    artifacts = await session_artifacts(stores, run)
     parts += [a.model_dump_json() for a in artifacts.values()]
     parts.append(result.model_dump_json())
     return "\n".join(parts)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from _support import examples, make_runner
+from _support import examples, make_runner, session_artifacts
 from opsrun.errors import ProfileInvalid
 from opsrun.kinds import builtin_kinds
 from opsrun.kinds.liquid import TemplateEngine, TemplateLimits
@@ -18,7 +18,6 @@ from opsrun.model import (
     OperationConfig,
     OperationDefinition,
     OperationProfile,
-    OperationProfileSessionKey,
     OperationResult,
     OperationStatus,
     ProfileIssueCode,
@@ -96,16 +95,7 @@ class Harness:
         )
 
     async def artifacts(self, result: RunResult) -> dict[str, Artifact]:
-        run = result.run
-        assert run.profile_ref is not None
-        assert run.operation_profile_session_id is not None
-        key = OperationProfileSessionKey(
-            chat_id=run.chat_id,
-            branch_id=run.branch_id,
-            profile_ref=run.profile_ref,
-            operation_profile_session_id=run.operation_profile_session_id,
-        )
-        return await self.stores.sessions.get_artifacts(key)
+        return await session_artifacts(self.stores, result.run)
 
 
 def code_of(result: RunResult, op_id: str) -> str | None:
