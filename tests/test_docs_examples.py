@@ -110,3 +110,8 @@ def test_engine_registration_example_runs() -> None:
 def test_report_event_log_example_runs() -> None:
     out = run_doc_block("report.md", "log = EventLog()")
     assert out.splitlines() == ["False", "[3, 4]", "2", "True"]
+
+
+def test_engine_artifact_example_runs() -> None:
+    out = run_doc_block("engine.md", "class Mood(Operation)")
+    assert out.splitlines() == ["done 1", "done 2"]

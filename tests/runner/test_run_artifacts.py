@@ -317,3 +317,23 @@ async def test_concurrent_runs_conflict_on_the_same_version(
     loser_result = next(r for r in results if r.run.run_id == loser)
     assert loser_result.status == RunStatus.DONE  # ws is optional
     assert loser_result.run.applied_effects == ()
+
+
+async def test_writing_without_a_declared_tag_says_what_to_declare(
+    runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+) -> None:
+    @opsrun_catalog.function("undeclared", name="Undeclared")
+    async def _undeclared(ctx: OperationContext) -> OperationResult:
+        return OperationResult.done(artifact=ctx.write(1))
+
+    counter(opsrun_catalog, None)
+    await use_profile(opsrun_stores, op("undeclared", A), op("count", A))
+    result = await runner.run(generate())
+    failed = result.operation("undeclared")
+    assert failed.status is OperationStatus.ERROR
+    assert failed.error is not None
+    assert failed.error.code == "operation_exception"
+    assert "write_tag=" in failed.error.message
+    assert "writeArtifact.tag" in failed.error.message
+    assert result.operation("count").status is OperationStatus.DONE
+    assert await stored(opsrun_stores, "undeclared") is None

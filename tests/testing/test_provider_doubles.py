@@ -5,13 +5,21 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from opsrun.errors import ConfigError, RateLimited
-from opsrun.model import Usage
-from opsrun.ports import LlmRequest, LlmResponse, ProviderCapabilities, ProviderMessage
+from opsrun.errors import ConfigError, ProviderError, RateLimited
+from opsrun.model import Trigger, Usage
+from opsrun.ports import (
+    LlmRequest,
+    LlmResponse,
+    MainLlmRequest,
+    ProviderCapabilities,
+    ProviderMessage,
+)
 from opsrun.testing import (
     Delayed,
+    FunctionMainLlm,
     FunctionProvider,
     RecordingProvider,
+    ScriptedMainLlm,
     ScriptedProvider,
     StaticCredentials,
 )
@@ -120,3 +128,43 @@ async def test_static_credentials() -> None:
     with pytest.raises(ConfigError):
         await creds.resolve("other")
     assert "the-secret" not in repr(creds)
+
+
+async def test_doubles_close_like_the_real_adapters() -> None:
+    inner = ScriptedProvider(["kept"])
+    doubles: list[ScriptedProvider | FunctionProvider | RecordingProvider] = [
+        ScriptedProvider(),
+        FunctionProvider(lambda r: "x"),
+        RecordingProvider(inner),
+    ]
+    for double in doubles:
+        async with double as entered:
+            assert entered is double
+            await double.complete(request())
+        assert double.closed
+        with pytest.raises(ProviderError) as caught:
+            await double.complete(request())
+        assert caught.value.code == "provider_closed"
+        await double.aclose()  # closing twice is harmless
+    # Closing the recording wrapper leaves the provider it wraps open.
+    assert not inner.closed
+    assert (await inner.complete(request())).text == "OK"
+
+
+async def test_main_llm_doubles_close_and_then_fail_while_streaming() -> None:
+    main_request = MainLlmRequest(
+        messages=(ProviderMessage(role="user", content="hi"),),
+        run_id="r1",
+        chat_id="c1",
+        user_message_id="u1",
+        trigger=Trigger.GENERATE,
+    )
+    for main in (ScriptedMainLlm(["reply"]), FunctionMainLlm(lambda r: "computed")):
+        async with main:
+            pass
+        stream = main.stream(main_request)
+        with pytest.raises(ProviderError) as caught:
+            async for _ in stream:
+                pass
+        assert caught.value.code == "provider_closed"
+        assert main.requests == []

@@ -211,7 +211,11 @@ class OperationContext(Generic[P]):
             pydantic.ValidationError: if a field does not fit ``ArtifactWrite``.
         """
         if self.write_tag is None:
-            raise ValueError(f"{self.operation_id!r} declared no artifact tag to write")
+            raise ValueError(
+                f"{self.operation_id!r} declared no artifact tag to write: give its "
+                "definition capabilities=OperationCapabilities(write_tag=...), or its "
+                "params writeArtifact.tag"
+            )
         current = self.artifacts.get(self.write_tag)
         merged = {**self._write_defaults(), **fields}
         merged.setdefault("based_on_version", None if current is None else current.version)

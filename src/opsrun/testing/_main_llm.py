@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 
 from ..ports import MainLlmDone, MainLlmRequest, ProviderCapabilities
+from ._closable import Closable
 
 __all__ = ["FunctionMainLlm", "OfflineMainLlm", "ScriptedMainLlm"]
 
@@ -21,7 +22,7 @@ def _chunks(text: str, size: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)] or [""]
 
 
-class _Streaming:
+class _Streaming(Closable):
     """Shared streaming: split a reply into chunks, optionally sleeping between them."""
 
     def __init__(
@@ -77,7 +78,14 @@ class ScriptedMainLlm(_Streaming):
         self.default = default
 
     def stream(self, request: MainLlmRequest) -> AsyncIterator[str | MainLlmDone]:
-        """Record the request and stream the next reply."""
+        """Record the request and stream the next reply.
+
+        Raises:
+            ProviderError: while iterating, when the double was closed
+                (``provider_closed``; the request is not recorded).
+        """
+        if (closed := self._closed_error()) is not None:
+            return self._stream_reply(closed)
         self.requests.append(request)
         if self.replies:
             return self._stream_reply(self.replies.popleft())
@@ -112,7 +120,14 @@ class FunctionMainLlm(_Streaming):
                 yield item
 
     def stream(self, request: MainLlmRequest) -> AsyncIterator[str | MainLlmDone]:
-        """Record the request and stream the computed reply."""
+        """Record the request and stream the computed reply.
+
+        Raises:
+            ProviderError: while iterating, when the double was closed
+                (``provider_closed``; the request is not recorded).
+        """
+        if (closed := self._closed_error()) is not None:
+            return self._stream_reply(closed)
         self.requests.append(request)
         return self._compute(request)
 

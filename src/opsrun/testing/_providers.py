@@ -17,6 +17,7 @@ import anyio
 from ..errors import ConfigError
 from ..model import Usage
 from ..ports import LlmProvider, LlmRequest, LlmResponse, ProviderCapabilities
+from ._closable import Closable
 
 __all__ = [
     "Delayed",
@@ -64,7 +65,7 @@ def _to_response(reply: str | LlmResponse, request: LlmRequest, request_id: str)
     )
 
 
-class _Recorder:
+class _Recorder(Closable):
     def __init__(self, capabilities: ProviderCapabilities | None) -> None:
         self._capabilities = capabilities or ProviderCapabilities()
         self.requests: list[LlmRequest] = []
@@ -125,7 +126,12 @@ class ScriptedProvider(_Recorder):
         self.replies.extend(replies)
 
     async def complete(self, request: LlmRequest) -> LlmResponse:
-        """Record the request and deliver the next reply."""
+        """Record the request and deliver the next reply.
+
+        Raises:
+            ProviderError: the double was closed (``provider_closed``).
+        """
+        self._check_open()
         self.requests.append(request)
         if self.replies:
             return await self._deliver(self.replies.popleft(), request)
@@ -156,7 +162,12 @@ class FunctionProvider(_Recorder):
         self.fn = fn
 
     async def complete(self, request: LlmRequest) -> LlmResponse:
-        """Record the request and return the computed reply."""
+        """Record the request and return the computed reply.
+
+        Raises:
+            ProviderError: the double was closed (``provider_closed``).
+        """
+        self._check_open()
         self.requests.append(request)
         reply: Any = self.fn(request)
         if inspect.isawaitable(reply):
@@ -176,8 +187,12 @@ class Exchange:
     """What it raised, or None."""
 
 
-class RecordingProvider:
-    """Wraps any provider and keeps every request with its response or error."""
+class RecordingProvider(Closable):
+    """Wraps any provider and keeps every request with its response or error.
+
+    Closing it (``aclose()`` or ``async with``) closes only the wrapper: ``inner``
+    stays open, like a client given to a real adapter.
+    """
 
     def __init__(self, inner: LlmProvider) -> None:
         self.inner = inner
@@ -199,7 +214,12 @@ class RecordingProvider:
         return [e.response for e in self.exchanges if e.response is not None]
 
     async def complete(self, request: LlmRequest) -> LlmResponse:
-        """Forward the call and record what happened (cancellation is not recorded)."""
+        """Forward the call and record what happened (cancellation is not recorded).
+
+        Raises:
+            ProviderError: the wrapper was closed (``provider_closed``, not recorded).
+        """
+        self._check_open()
         try:
             response = await self.inner.complete(request)
         except Exception as exc:
