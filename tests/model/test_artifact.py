@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from pydantic import ValidationError
 
 import opsrun.model as m
 
@@ -189,6 +190,15 @@ def test_result_constructors() -> None:
     assert failed.status == m.OperationStatus.ERROR
     assert failed.error == m.OperationError(code="timeout", message="too slow", details={"ms": 10})
     assert failed.effects.is_empty
+
+
+def test_result_constructors_take_summaries_and_debug_data() -> None:
+    done = m.OperationResult.done(inputs_summary={"docs": 2}, debug={"scores": [0.5]})
+    assert (done.inputs_summary, done.debug) == ({"docs": 2}, {"scores": [0.5]})
+    assert m.OperationResult.skipped(debug={"why": "empty"}).debug == {"why": "empty"}
+    assert m.OperationResult.failed("x", "y", debug={"try": 2}).debug == {"try": 2}
+    with pytest.raises(ValidationError):
+        m.OperationResult.done(debug=["not", "an", "object"])  # type: ignore[arg-type]
 
 
 def test_run_result_accessors() -> None:

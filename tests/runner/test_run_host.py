@@ -502,14 +502,24 @@ async def test_debug_data_is_kept_only_where_debug_is_enabled() -> None:
 
     @catalog.function("noisy", name="Noisy")
     async def noisy(ctx: OperationContext) -> OperationResult:
-        result = OperationResult.done()
-        return result.model_copy(update={"debug": {"tried": 3, "config": f"key={key}"}})
+        return OperationResult.done(debug={"tried": 3, "config": f"key={key}"})
+
+    @catalog.function("gave_up", name="Gave up")
+    async def gave_up(ctx: OperationContext) -> OperationResult:
+        return OperationResult.failed("no_luck", "nothing found", debug={"tried": 5})
+
+    @catalog.function("passed", name="Passed")
+    async def passed(ctx: OperationContext) -> OperationResult:
+        return OperationResult.skipped(debug={"why": "nothing to do"})
 
     catalog.function("quiet", name="Quiet")(noisy)
     stores = InMemoryStores()
+    enabled = {"enabled": True}
     await use_profile(
         stores,
-        op("noisy", B, debug={"enabled": True}),
+        op("noisy", B, debug=enabled),
+        op("gave_up", B, debug=enabled),
+        op("passed", B, debug=enabled),
         op("quiet", B, order=2),
     )
     result = await make_runner(stores=stores, catalog=catalog).run(generate())
@@ -517,6 +527,8 @@ async def test_debug_data_is_kept_only_where_debug_is_enabled() -> None:
     assert kept is not None
     assert kept["tried"] == 3
     assert key not in str(kept)
+    assert result.operation("gave_up").debug == {"tried": 5}
+    assert result.operation("passed").debug == {"why": "nothing to do"}
     assert result.operation("quiet").debug is None
 
 

@@ -190,9 +190,23 @@ class OperationResult(Model):
         turn: tuple[TurnEffect, ...] | list[TurnEffect] = (),
         artifact: ArtifactWrite | None = None,
         outputs_summary: JsonObject | None = None,
+        inputs_summary: JsonObject | None = None,
+        debug: JsonObject | None = None,
     ) -> OperationResult:
-        """Build a ``done`` result with the given effects."""
-        if cls is OperationResult and not prompt and not turn and artifact is None:
+        """Build a ``done`` result with the given effects, summaries and debug data.
+
+        Raises:
+            pydantic.ValidationError: an effect, a summary or the debug data does not
+                fit (a summary must be a JSON object).
+        """
+        if (
+            cls is OperationResult
+            and not prompt
+            and not turn
+            and artifact is None
+            and inputs_summary is None
+            and debug is None
+        ):
             # Nothing to validate: the common result of an operation, built directly.
             summary = outputs_summary if type(outputs_summary) is dict else None
             if outputs_summary is None or (summary is not None and _str_keys(summary)):
@@ -201,21 +215,39 @@ class OperationResult(Model):
             status=OperationStatus.DONE,
             effects=OperationEffects(prompt=tuple(prompt), turn=tuple(turn), artifact=artifact),
             outputs_summary=outputs_summary or {},
+            inputs_summary=inputs_summary or {},
+            debug=debug,
         )
 
     @classmethod
-    def skipped(cls, reason: SkippedReason = SkippedReason.CONDITION_FALSE) -> OperationResult:
-        """Build a ``skipped`` result (no effects)."""
-        return cls(status=OperationStatus.SKIPPED, skipped_reason=reason)
+    def skipped(
+        cls,
+        reason: SkippedReason = SkippedReason.CONDITION_FALSE,
+        *,
+        debug: JsonObject | None = None,
+    ) -> OperationResult:
+        """Build a ``skipped`` result (no effects), with debug data if given."""
+        return cls(status=OperationStatus.SKIPPED, skipped_reason=reason, debug=debug)
 
     @classmethod
     def failed(
-        cls, code: str, message: str, details: dict[str, Any] | None = None
+        cls,
+        code: str,
+        message: str,
+        details: dict[str, Any] | None = None,
+        *,
+        debug: JsonObject | None = None,
     ) -> OperationResult:
-        """Build an ``error`` result with a stable code (no effects)."""
+        """Build an ``error`` result with a stable code (no effects), with debug data if
+        given.
+
+        Raises:
+            pydantic.ValidationError: ``details`` or ``debug`` is not a JSON object.
+        """
         return cls(
             status=OperationStatus.ERROR,
             error=OperationError(code=code, message=message, details=details),
+            debug=debug,
         )
 
 
