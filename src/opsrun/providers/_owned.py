@@ -4,10 +4,10 @@ endpoint without credentials."""
 
 from __future__ import annotations
 
-from types import TracebackType
-from typing import Protocol, Self
+from typing import Protocol
 from urllib.parse import urlsplit, urlunsplit
 
+from .._closing import AsyncClosing
 from ..errors import ProviderError
 
 __all__ = ["CLOSED", "OwnsClient", "shown_url"]
@@ -22,7 +22,7 @@ class _Closable(Protocol):
     def is_closed(self) -> bool: ...
 
 
-class OwnsClient:
+class OwnsClient(AsyncClosing):
     """``aclose()`` and ``async with`` for an adapter whose SDK client is ``_client``;
     ``_owns_client`` is False for a client the caller passed in, which stays open."""
 
@@ -48,17 +48,6 @@ class OwnsClient:
             raise ProviderError(f"this {name} was closed (aclose()); make a new one", code=CLOSED)
         if self._client.is_closed():
             raise ProviderError(f"the client given to this {name} was closed", code=CLOSED)
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 def shown_url(url: str) -> str:

@@ -3,15 +3,13 @@ so code that closes its provider can be tested with a double in its place."""
 
 from __future__ import annotations
 
-from types import TracebackType
-from typing import Self
-
+from .._closing import AsyncClosing
 from ..errors import ProviderError
 
 __all__ = ["Closable"]
 
 
-class Closable:
+class Closable(AsyncClosing):
     """Once closed, every call raises ``ProviderError`` (``provider_closed``), like the
     real adapters; a test can assert its code closed the double with :attr:`closed`."""
 
@@ -32,14 +30,3 @@ class Closable:
         error = self._closed_error()
         if error is not None:
             raise error
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
