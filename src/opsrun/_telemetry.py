@@ -16,7 +16,8 @@ tree of one run::
 LLM spans follow the OpenTelemetry GenAI semantic conventions (the attribute names are
 constants here, not taken from the unstable ``opentelemetry-semantic-conventions``
 package). Prompt and completion text is recorded only with ``capture_content=True``:
-masked by the run's redactor and cut to ``max_content_chars`` per attribute. Without it,
+masked by the run's redactor and cut (never dropped) to ``max_content_chars`` per
+attribute, see :func:`bounded_messages`. Without it,
 an error whose message may quote a model's reply (``output_parse_error``) is described
 by its code and content-free details instead of its message.
 
@@ -110,6 +111,10 @@ _REDACT_MARGIN = 16_384
 """Characters past the longest kept text that are redacted with it, so that a secret the
 bound cuts through is still masked whole (longer than any credential the rules know)."""
 _ELLIPSIS = "…"
+_ESCAPE_CHARS = 6
+"""Characters at most that one character of a text takes in JSON (a control character
+as a ``\\u`` escape), so a text ``n`` characters over loses ``n // 6`` characters at
+once, never one it could keep."""
 _CONTENT_QUOTING_CODES = frozenset({"output_parse_error"})
 """Error codes whose message may quote what a model wrote (the llm kind's
 ``output_parse_error`` quotes the reply value its schema refused)."""
@@ -139,8 +144,11 @@ class Telemetry:
             (``gen_ai.input.messages``, ``gen_ai.output.messages``), and the messages of
             errors that may quote them. Off by default: a prompt holds the user's words.
             The text is masked by the runner's redactor first.
-        max_content_chars: Characters at most of one captured attribute; the newest
-            messages are kept, and the oldest kept one may end in ``…``.
+        max_content_chars: Characters at most of one captured attribute. Longer content
+            is cut, never dropped: the newest messages are kept, the oldest kept one is
+            cut to end in ``…``, and the newest one is always kept (a reply's
+            ``finish_reason`` is left out of it when it leaves no room for any of its
+            text).
 
     Raises:
         ConfigError: ``max_content_chars`` is not an integer of at least 64 (room for
@@ -429,16 +437,29 @@ def _message_json(role: str, content: str, finish_reason: str | None) -> str:
     return json.dumps(message, ensure_ascii=False, separators=(",", ":"))
 
 
-def _cut_to_fit(role: str, text: str, finish_reason: str | None, room: int) -> str | None:
-    """The message with ``text`` cut (ending in ``…``) to fit ``room``, or None."""
+def _fitted(
+    role: str, text: str, finish_reason: str | None, room: int, *, whole: bool, least: int
+) -> tuple[str, bool] | None:
+    """The message in at most ``room`` characters, and whether it is whole.
+
+    Whole when ``whole`` (``text`` is all of the message) and it fits; else with ``text``
+    cut to end in ``…``, keeping at least ``least`` characters of it. None when even that
+    does not fit.
+    """
+    if whole:
+        item = _message_json(role, text, finish_reason)
+        if len(item) <= room:
+            return item, True
     empty = len(_message_json(role, _ELLIPSIS, finish_reason))
     cut = text[: max(room - empty, 0)]
-    while cut:
+    while len(cut) >= least:
         item = _message_json(role, cut + _ELLIPSIS, finish_reason)
         over = len(item) - room
         if over <= 0:
-            return item
-        cut = cut[: len(cut) - over]  # escapes made the JSON longer than the text
+            return item, False
+        if not cut:
+            break
+        cut = cut[: len(cut) - max(over // _ESCAPE_CHARS, 1)]
     return None
 
 
@@ -453,28 +474,37 @@ def bounded_messages(
 
     Each text is masked by ``redactor`` first. The newest messages are kept: going back
     from the last one, the first message that does not fit is cut to fit (ending in
-    ``…``) and the older ones are left out. Only the part of a text that could be kept is
-    redacted (plus a wide margin), so a multi-megabyte message costs no more than a
-    short one. Returns the JSON and whether anything was cut or left out.
+    ``…``) and the older ones are left out; an older message that would keep none of its
+    text is left out too. The newest message is left out only when not even its role
+    fits in ``limit`` (never at ``Telemetry``'s minimum of 64 for the roles opsrun
+    sends): when ``finish_reason`` leaves no room for any of its text, the finish reason
+    is left out of it, and its text may be cut down to ``…`` alone. Only the part of a
+    text that could be kept is redacted (plus a wide margin), so a multi-megabyte message
+    costs no more than a short one. Returns the JSON and whether anything was cut or left
+    out.
     """
     room = limit - 2  # the brackets
     kept: list[str] = []
     truncated = False
     for role, content in reversed(messages):
-        separator = 1 if kept else 0
         head = (
             content if len(content) <= room + _REDACT_MARGIN else content[: room + _REDACT_MARGIN]
         )
         text = redactor.redact(head)
-        item = _message_json(role, text, finish_reason)
-        # A head cut off for redaction is never whole, even if masking shrank it.
-        if len(item) + separator <= room and head is content:
-            kept.append(item)
-            room -= len(item) + separator
-            continue
-        truncated = True
-        cut = _cut_to_fit(role, text, finish_reason, room - separator)
-        if cut is not None:
-            kept.append(cut)
-        break
+        whole = head is content  # a head cut off for redaction is never whole
+        separator = 1 if kept else 0
+        fitted = _fitted(role, text, finish_reason, room - separator, whole=whole, least=1)
+        if fitted is None and not kept:
+            # The newest message is never left out: its finish reason goes before its text.
+            fitted = _fitted(role, text, None, room, whole=whole, least=0)
+            fitted = None if fitted is None else (fitted[0], False)
+        if fitted is None:
+            truncated = True
+            break
+        item, complete = fitted
+        kept.append(item)
+        room -= len(item) + separator
+        if not complete:
+            truncated = True
+            break
     return "[" + ",".join(reversed(kept)) + "]", truncated

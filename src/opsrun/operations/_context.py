@@ -81,9 +81,29 @@ class AbortSignal:
         return unsubscribe
 
 
+def _trigger(value: Any) -> Trigger:
+    """``value`` as a ``Trigger``.
+
+    Raises:
+        ValueError: it is neither a ``Trigger`` nor one's value.
+    """
+    try:
+        return Trigger(value)
+    except ValueError:
+        valid = ", ".join(repr(t.value) for t in Trigger)
+        raise ValueError(f"RunMeta.trigger must be one of {valid}, got {value!r}") from None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunMeta:
-    """Identity of the run an operation executes in."""
+    """Identity of the run an operation executes in.
+
+    ``trigger`` may be given as its string value (``"generate"``, ``"regenerate"``); it
+    is stored as a :class:`~opsrun.model.Trigger`.
+
+    Raises:
+        ValueError: ``trigger`` is neither a ``Trigger`` nor one's value.
+    """
 
     run_id: str
     """The run."""
@@ -103,6 +123,11 @@ class RunMeta:
     """The assistant message of the turn, once it exists."""
     assistant_variant_id: str | None = None
     """The assistant variant this run creates."""
+
+    def __post_init__(self) -> None:
+        # The engine passes a Trigger: one type check, nothing more.
+        if type(self.trigger) is not Trigger:
+            object.__setattr__(self, "trigger", _trigger(self.trigger))
 
     def as_dict(self) -> dict[str, Any]:
         """The meta as JSON-ready camelCase data (``run`` in templates)."""
