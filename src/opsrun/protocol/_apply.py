@@ -30,7 +30,16 @@ from opsrun.errors import ApplyError, ConfigError, OpsrunError, bound_text
 
 from ._events import PlanEventSink, emit
 from ._fs import FileSystem, PathState, Tree
-from ._journal import Journal, after_state, begin, norm_path, open_locked, rollback
+from ._journal import (
+    Journal,
+    Kind,
+    RollbackReport,
+    after_state,
+    begin,
+    norm_path,
+    open_locked,
+    rollback,
+)
 from ._limits import PathPolicy, PlanLimits
 from ._patch_place import PatchTolerance, check_tolerance
 from ._plan import ActionKind, Plan
@@ -80,6 +89,21 @@ def _snapshot(tree: Tree, changes: list[Change]) -> dict[str, PathState]:
         states.setdefault(path, change.before)
     touched = _touched(changes)
     return {p: s for p, s in states.items() if not (s.kind == "dir" and p not in touched)}
+
+
+def _new_kinds(changes: list[Change]) -> dict[str, Kind]:
+    """What the apply puts at each path it touches (parents it creates are directories)."""
+    kinds: dict[str, Kind] = {}
+    for change in changes:
+        path = norm_path(change.action.path)
+        if change.after.kind in ("file", "dir"):
+            segments = path.split("/")
+            for n in range(1, len(segments)):
+                kinds.setdefault("/".join(segments[:n]), "dir")
+        for sub, _ in change.removed:
+            kinds[norm_path(sub)] = "none"
+        kinds[path] = change.after.kind
+    return kinds
 
 
 def _touched(changes: list[Change]) -> set[str]:
@@ -263,19 +287,43 @@ def _as_apply_error(exc: BaseException) -> ApplyError:
     return ApplyError(f"unexpected error: {exc!r}", code="ERR_APPLY_FAILED")
 
 
-def _with_kept(error: ApplyError, kept: list[str]) -> ApplyError:
-    """``error``, saying which created directories the rollback left in place."""
-    if not kept:
+def _with_report(error: ApplyError, report: RollbackReport) -> ApplyError:
+    """``error``, saying which paths the rollback left alone because they hold what the
+    apply did not write (``details["kept"]``, ``details["not_restored"]``,
+    ``details["saved_to"]``)."""
+    notes: list[str] = []
+    details: dict[str, object] = {}
+    if report.kept:
+        notes.append(
+            f"{_count(report.kept, 'created path')} left in place because something the "
+            f"apply did not write is there: {_listed(report.kept)}"
+        )
+        details["kept"] = list(report.kept)
+    if report.not_restored:
+        notes.append(
+            f"{_count(report.not_restored, 'path')} not restored because something the apply "
+            f"did not write is there now, left untouched: {_listed(report.not_restored)}; "
+            f"the old content is saved in {report.saved_to!r} under the root"
+        )
+        details["not_restored"] = list(report.not_restored)
+        details["saved_to"] = report.saved_to
+    if not notes:
         return error
-    shown = ", ".join(repr(p) for p in kept[:3]) + (", …" if len(kept) > 3 else "")
     return ApplyError(
-        f"{error.message}\n(rolled back, but {len(kept)} created director"
-        f"{'y was' if len(kept) == 1 else 'ies were'} left in place because "
-        f"{'it holds' if len(kept) == 1 else 'they hold'} files the apply did not create: "
-        f"{shown})",
+        f"{error.message}\n(rolled back, but {'; '.join(notes)})",
         code=error.code,
-        details={**error.details, "kept": list(kept)},
+        details={**error.details, **details},
     )
+
+
+def _count(paths: list[str], noun: str) -> str:
+    """``1 path was`` / ``2 paths were``."""
+    return f"1 {noun} was" if len(paths) == 1 else f"{len(paths)} {noun}s were"
+
+
+def _listed(paths: list[str]) -> str:
+    """The first three paths, quoted."""
+    return ", ".join(repr(p) for p in paths[:3]) + (", …" if len(paths) > 3 else "")
 
 
 def _check_timeout(value: float) -> None:
@@ -344,10 +392,13 @@ def apply_plan(
             ``ERR_PATH_SYMLINK`` / ``ERR_PATH_ESCAPES_ROOT`` / ``ERR_PATH_PROTECTED``,
             ``ERR_CHECK_FAILED``, ``ERR_APPLY_CANCELLED``, ``ERR_IO``, ``ERR_TX_BUSY``.
             The tree is back to its
-            old state, except with ``ERR_ROLLBACK_FAILED``: then call ``recover(root)``;
-            a directory the apply created that meanwhile received other files (the
-            check's ``__pycache__``) is left in place with them, its path in
-            ``details["kept"]``.
+            old state, except with ``ERR_ROLLBACK_FAILED``: then call ``recover(root)``.
+            The rollback never removes what the apply did not write: a path the apply
+            created that meanwhile received other things (the check's ``__pycache__``, a
+            link) is left in place, in ``details["kept"]``; a path that existed before
+            and now holds such a thing (a directory with files where the plan deleted a
+            file) is left as it is and not restored, in ``details["not_restored"]``,
+            its old files copied under ``details["saved_to"]``.
         ConfigError: ``tolerance`` is not a level, or ``check_timeout`` is not a
             positive number (NaN, zero or negative).
     """
@@ -427,7 +478,7 @@ def _apply(
         changes = plan_changes(tree, plan, tolerance=tolerance)
         states = _snapshot(tree, changes)
         _stop_point(stop)
-        journal = begin(tree, states, lock_fd)
+        journal = begin(tree, states, lock_fd, _new_kinds(changes))
         changed = _execute(tree, journal, changes)
         _stop_point(stop)
         returncode, output = (
@@ -458,7 +509,7 @@ def _apply(
             # If this fails the journal still says "prepared"; recover() rolls back again.
             with contextlib.suppress(OSError):
                 journal.set_status("rolled_back")
-            error = _with_kept(error, report.kept)
+            error = _with_report(error, report)
         if not isinstance(exc, Exception):
             raise
         if journal is not None:

@@ -318,7 +318,15 @@ def _notes(out: TextIO, outcome: TransactionOutcome) -> None:
     for path in outcome.kept:
         out.write(
             _printable(
-                f"note: {path!r} left in place: it holds files the transaction did not create\n"
+                f"note: {path!r} left in place: it holds what the transaction did not write\n"
+            )
+        )
+    for path in outcome.not_restored:
+        saved = f"; its old content is in {outcome.saved_to!r}" if outcome.saved_to else ""
+        out.write(
+            _printable(
+                f"note: {path!r} not restored: what is there now was not written by the "
+                f"transaction{saved}\n"
             )
         )
     for path in outcome.setid_cleared:

@@ -19,7 +19,7 @@ from typing import Literal
 
 from opsrun.errors import ApplyError
 
-__all__ = ["FileSystem", "PathState", "Tree"]
+__all__ = ["FileSystem", "Occupant", "PathState", "Tree"]
 
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
@@ -28,6 +28,9 @@ _DIR_FLAGS = os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC
 _RESERVED = frozenset({".git", ".opsrun"})
 _SETID = stat.S_ISUID | stat.S_ISGID
 _CHUNK = 1 << 20
+
+#: What a path holds, looked at without following it: ``special`` is a FIFO, socket or device.
+Occupant = Literal["none", "file", "dir", "link", "special"]
 
 
 class FileSystem:
@@ -281,6 +284,31 @@ class Tree:
                 self.fs.close(file_fd)
         finally:
             self.fs.close(fd)
+
+    def occupant(self, path: str, *, journal: bool = False) -> Occupant:
+        """Return what ``path`` itself is, without following it or reading a file.
+
+        Unlike :meth:`state`, a link or a special file at ``path`` is an answer, not an
+        error.
+
+        Raises:
+            ApplyError: as :meth:`parent`, for what lies on the way to ``path``.
+        """
+        found = self.parent(path, journal=journal)
+        if found is None:
+            return "none"
+        fd, leaf = found
+        try:
+            st = self.fs.lstat(leaf, dir_fd=fd)
+        finally:
+            self.fs.close(fd)
+        if st is None:
+            return "none"
+        if stat.S_ISLNK(st.st_mode):
+            return "link"
+        if stat.S_ISDIR(st.st_mode):
+            return "dir"
+        return "file" if stat.S_ISREG(st.st_mode) else "special"
 
     def write(
         self,

@@ -6,12 +6,19 @@ Layout::
     .opsrun/current                   id of the newest transaction
     .opsrun/tx/<id>/manifest.json     status, the touched paths and their old state
     .opsrun/tx/<id>/blobs/<n>         old bytes of each touched file
+    .opsrun/saved/<id>/<path>         old files a rollback could not put back (kept)
 
 Every touched path's old state is durable before the first change. Rolling back
 is idempotent (each step compares what is there with what should be), so it may
 be interrupted and run again; :func:`recover` runs it for any transaction that
 was neither committed nor rolled back. Temporary files carry the transaction id
 in their name, so recovery can find and remove those a crash left behind.
+
+A rollback never removes what the transaction did not write: a path now occupied
+by a directory holding files, a symbolic link, a special file, or a file where the
+transaction left a directory, is left as it is. A path that existed before is then
+not restored, and its old files are copied to ``.opsrun/saved/<id>/`` (which
+:func:`_prune` never removes), so nothing is lost either way.
 """
 
 from __future__ import annotations
@@ -23,15 +30,15 @@ import json
 import os
 import secrets
 import stat
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from opsrun.errors import ApplyError
 
-from ._fs import FileSystem, PathState, Tree
+from ._fs import FileSystem, Occupant, PathState, Tree
 
 __all__ = ["Journal", "RollbackReport", "TransactionOutcome", "recover", "undo"]
 
@@ -39,8 +46,10 @@ JOURNAL_DIR = ".opsrun"
 _CURRENT = f"{JOURNAL_DIR}/current"
 _LOCK = f"{JOURNAL_DIR}/lock"
 _TX = f"{JOURNAL_DIR}/tx"
+_SAVED = f"{JOURNAL_DIR}/saved"
 
 Status = Literal["prepared", "committed", "rolled_back", "undoing", "undone"]
+Kind = Literal["none", "dir", "file"]
 _SETID = stat.S_ISUID | stat.S_ISGID
 
 
@@ -55,8 +64,21 @@ class TransactionOutcome(BaseModel):
     )
     kept: tuple[str, ...] = Field(
         default=(),
-        description="Directories the transaction created that were left in place because "
-        "they hold files it did not create (those files are untouched).",
+        description="Paths the transaction created that were left in place because "
+        "something it did not write is there: a directory holding files it did not create, "
+        "or a symbolic link or special file (all untouched).",
+    )
+    not_restored: tuple[str, ...] = Field(
+        default=(),
+        description="Paths that existed before the transaction and were not given back, "
+        "because something it did not write is there now (a directory holding files, a "
+        "symbolic link, a special file, or a file where a directory was): that is left "
+        "untouched, and the old files are copied under saved_to.",
+    )
+    saved_to: str | None = Field(
+        default=None,
+        description="Folder, relative to the root, holding the old files of the paths in "
+        "not_restored at the same relative paths; None when there are none.",
     )
     setid_cleared: tuple[str, ...] = Field(
         default=(),
@@ -69,17 +91,23 @@ class RollbackReport:
     """What a rollback could not give back exactly (both empty: the old tree, byte for byte)."""
 
     kept: list[str]
-    """Created directories left in place: they hold files the transaction did not create."""
+    """Created paths left in place: something the transaction did not write is there."""
     setid_cleared: list[str]
     """Files restored without their setuid/setgid bits (modes read back from disk)."""
+    not_restored: list[str] = field(default_factory=list)
+    """Old paths not given back: something the transaction did not write is there now."""
+    saved_to: str | None = None
+    """Where the old files of ``not_restored`` were copied (relative to the root)."""
 
 
 class _Entry(BaseModel):
     path: str
-    kind: Literal["none", "dir", "file"]
+    kind: Kind
     mode: int = 0
     blob: str | None = None
     owner: tuple[int, int] | None = None
+    new: Kind | None = None
+    """What the transaction puts there (None in journals of older releases)."""
 
 
 class _Manifest(BaseModel):
@@ -269,8 +297,17 @@ def _ignore_itself(tree: Tree) -> None:
         return
 
 
-def begin(tree: Tree, states: dict[str, PathState], lock_fd: int) -> Journal:
-    """Write the old state of every touched path durably and make it the current transaction."""
+def begin(
+    tree: Tree,
+    states: dict[str, PathState],
+    lock_fd: int,
+    new: Mapping[str, Kind] | None = None,
+) -> Journal:
+    """Write the old state of every touched path durably and make it the current transaction.
+
+    ``new`` says what the transaction puts at each path (a rollback tells by it a file it
+    wrote from one it did not write where it made a directory).
+    """
     tx_id = secrets.token_hex(8)
     entries: list[_Entry] = []
     journal = Journal(tree, _Manifest(tx_id=tx_id, status="prepared", entries=[]), lock_fd)
@@ -286,7 +323,14 @@ def begin(tree: Tree, states: dict[str, PathState], lock_fd: int) -> Journal:
                 journal=True,
             )
         entries.append(
-            _Entry(path=path, kind=state.kind, mode=state.mode, blob=blob, owner=state.owner)
+            _Entry(
+                path=path,
+                kind=state.kind,
+                mode=state.mode,
+                blob=blob,
+                owner=state.owner,
+                new=None if new is None else new.get(path),
+            )
         )
     journal.manifest = journal.manifest.model_copy(update={"entries": entries})
     journal.set_status("prepared")
@@ -312,10 +356,15 @@ def rollback(
 ) -> RollbackReport:
     """Put every touched path back as it was; safe to run again after an interruption.
 
-    A directory the transaction created is removed only when empty: one that meanwhile
-    received files the transaction did not create (a check's ``__pycache__``, a user's
-    file) is left in place with them and listed in the report, so a rollback never
-    deletes foreign files and never fails for them.
+    Nothing the transaction did not write is removed, and the rollback does not fail for
+    it. A directory the transaction created is removed only when empty: one that
+    meanwhile received files it did not create (a check's ``__pycache__``, a user's
+    file) is left in place with them, and so is a link or special file put where it
+    created something; those paths are listed in ``kept``. A path that existed before
+    and now holds something the transaction did not write (a directory holding files, a
+    link, a special file, a file where a directory was, or such a thing on its way) is
+    left as it is and listed in ``not_restored``; its old files are copied to
+    ``.opsrun/saved/<tx_id>/`` (``saved_to``).
 
     Args:
         journal: The transaction.
@@ -331,44 +380,165 @@ def rollback(
     entries = _unique(journal.manifest.entries)
     read = data or journal.blob
     report = RollbackReport(kept=[], setid_cleared=[])
-    parents = sorted({e.path.rpartition("/")[0] for e in entries})
-    for parent in parents:
-        for name in tree.listdir(parent):
-            if name.startswith(journal.temp_prefix):
-                tree.remove(f"{parent}/{name}" if parent else name)
-    for entry in sorted(entries, key=lambda e: -_depth(e.path)):
-        stale_file = entry.kind == "dir" and tree.state(entry.path, read=False).kind == "file"
-        if (entry.kind == "none" or stale_file) and not _remove_if_empty(tree, entry.path):
+    blocked = _blocked(tree, entries)
+    _remove_temps(tree, journal, entries, blocked)
+    live = [e for e in entries if not _within(e.path, blocked)]
+    for entry in sorted(live, key=lambda e: -_depth(e.path)):
+        if entry.kind == "none" and not _remove_if_empty(tree, entry.path):
             report.kept.append(entry.path)
-    for entry in sorted(entries, key=lambda e: _depth(e.path)):
+    for entry in sorted(live, key=lambda e: _depth(e.path)):
         if entry.kind == "dir":
             tree.mkdir(entry.path, entry.mode)
         elif entry.kind == "file":
-            old = read(entry)
-            now = tree.state(entry.path)
-            restore_setid = trusted and entry.owner is not None
-            wanted = entry.mode if restore_setid else entry.mode & ~_SETID
-            if now.kind == "dir":
-                _remove_tree(tree, entry.path)
-            elif (
-                now.kind == "file"
-                and now.data == old
-                and now.mode == wanted
-                and (not restore_setid or now.owner == entry.owner)
-            ):
-                continue
-            tree.write(
-                entry.path,
-                old,
-                entry.mode,
-                temp=journal.temp_name(),
-                keep_setid=restore_setid,
-                owner=entry.owner,
-                restore_owner=restore_setid,
-            )
-            if entry.mode & _SETID and not restore_setid:
+            done = _restore_file(journal, entry, read(entry), trusted)
+            if done == "blocked":  # a directory that gained files since it was looked at
+                blocked.add(entry.path)
+            elif done == "cleared":
                 report.setid_cleared.append(entry.path)
+    kinds = {e.path: e.kind for e in entries}
+    for path in sorted(blocked):
+        (report.kept if kinds[path] == "none" else report.not_restored).append(path)
+    if report.not_restored:
+        report.saved_to = _save(journal, entries, set(report.not_restored), read)
     return report
+
+
+def _within(path: str, tops: Collection[str]) -> bool:
+    """True when ``path`` is one of ``tops`` or lies below one of them."""
+    segments = path.split("/")
+    return any("/".join(segments[:n]) in tops for n in range(1, len(segments) + 1))
+
+
+def _created_dirs(entries: list[_Entry]) -> set[str]:
+    """Paths where the transaction made a directory: recorded as such, or (journals of
+    older releases) holding another touched path."""
+    created = {e.path for e in entries if e.kind == "none" and e.new == "dir"}
+    absent = {e.path for e in entries if e.kind == "none"}
+    for entry in entries:
+        parent = entry.path.rpartition("/")[0]
+        while parent:
+            if parent in absent:
+                created.add(parent)
+            parent = parent.rpartition("/")[0]
+    return created
+
+
+def _occupant(tree: Tree, path: str) -> Occupant:
+    """What is at ``path``; a link or a non-directory on its way counts as a link / special."""
+    try:
+        return tree.occupant(path)
+    except ApplyError as exc:
+        if exc.code == "ERR_PATH_SYMLINK":
+            return "link"
+        if exc.code == "ERR_TARGET_TYPE":
+            return "special"
+        raise
+
+
+def _blocked(tree: Tree, entries: list[_Entry]) -> set[str]:
+    """The touched paths a rollback must leave alone, with all that lies below them:
+    each holds something the transaction did not write (a link or special file, at the
+    path or on its way; a file where it left a directory; a directory holding something
+    where it left a file). Looked at shallowest first; only reads.
+
+    Raises:
+        OSError, ApplyError: the file system failed.
+    """
+    made_dirs = _created_dirs(entries)
+    blocked: set[str] = set()
+    for entry in sorted(entries, key=lambda e: _depth(e.path)):
+        if _within(entry.path, blocked):
+            continue
+        found = _occupant(tree, entry.path)
+        if found in ("link", "special"):
+            foreign = True  # the transaction never writes either
+        elif found == "file":
+            foreign = entry.kind == "dir" or entry.path in made_dirs
+        elif found == "dir":
+            foreign = entry.kind == "file" and bool(tree.listdir(entry.path))
+        else:
+            foreign = False
+        if foreign:
+            blocked.add(entry.path)
+    return blocked
+
+
+def _remove_temps(tree: Tree, journal: Journal, entries: list[_Entry], blocked: set[str]) -> None:
+    """Remove the transaction's temporary files beside the touched paths."""
+    parents = {e.path.rpartition("/")[0] for e in entries}
+    for parent in sorted(p for p in parents if not (p and _within(p, blocked))):
+        try:
+            names = tree.listdir(parent)
+        except ApplyError as exc:  # a link or a file on the way: nothing of ours there
+            if exc.code in ("ERR_PATH_SYMLINK", "ERR_TARGET_TYPE"):
+                continue
+            raise
+        for name in names:
+            if name.startswith(journal.temp_prefix):
+                tree.remove(f"{parent}/{name}" if parent else name)
+
+
+def _restore_file(
+    journal: Journal, entry: _Entry, old: bytes, trusted: bool
+) -> Literal["blocked", "same", "written", "cleared"]:
+    """Give the file entry its old bytes and mode.
+
+    Returns ``blocked`` when a directory that is not empty is there (left as it is),
+    ``same`` when the file already was as it should be, ``cleared`` when it was written
+    without the set-id bits it had, ``written`` otherwise.
+    """
+    tree = journal.tree
+    now = tree.state(entry.path)
+    restore_setid = trusted and entry.owner is not None
+    wanted = entry.mode if restore_setid else entry.mode & ~_SETID
+    if now.kind == "dir":
+        if not _remove_if_empty(tree, entry.path):
+            return "blocked"
+    elif (
+        now.kind == "file"
+        and now.data == old
+        and now.mode == wanted
+        and (not restore_setid or now.owner == entry.owner)
+    ):
+        return "same"
+    tree.write(
+        entry.path,
+        old,
+        entry.mode,
+        temp=journal.temp_name(),
+        keep_setid=restore_setid,
+        owner=entry.owner,
+        restore_owner=restore_setid,
+    )
+    return "cleared" if entry.mode & _SETID and not restore_setid else "written"
+
+
+def _save(
+    journal: Journal, entries: list[_Entry], tops: set[str], read: Callable[[_Entry], bytes]
+) -> str:
+    """Copy the old files at and below ``tops`` to ``.opsrun/saved/<tx_id>/`` (same
+    relative paths, no set-id bits) and return that folder; safe to run again.
+
+    Raises:
+        OSError, ApplyError: the file system failed; the rollback may be run again.
+    """
+    tree = journal.tree
+    folder = f"{_SAVED}/{journal.tx_id}"
+    tree.mkdir(_SAVED, 0o700, journal=True)
+    tree.mkdir(folder, 0o700, journal=True)
+    inside = sorted((e for e in entries if _within(e.path, tops)), key=lambda e: _depth(e.path))
+    for entry in inside:
+        if entry.kind == "dir":
+            tree.mkdir(f"{folder}/{entry.path}", 0o700, journal=True)
+    files = [e for e in inside if e.kind == "file"]
+    for parent in sorted({f"{folder}/{e.path}".rpartition("/")[0] for e in files}):
+        for name in tree.listdir(parent, journal=True):
+            if name.startswith(journal.temp_prefix):  # left by an interrupted copy
+                tree.remove(f"{parent}/{name}", journal=True)
+    for entry in files:
+        target = f"{folder}/{entry.path}"
+        tree.write(target, read(entry), entry.mode & 0o777, temp=journal.temp_name(), journal=True)
+    return folder
 
 
 def _remove_if_empty(tree: Tree, path: str) -> bool:
@@ -383,14 +553,23 @@ def _remove_if_empty(tree: Tree, path: str) -> bool:
     return True
 
 
-def _remove_tree(tree: Tree, path: str) -> None:
-    for sub, _ in reversed(tree.walk(path)):
-        tree.remove(sub)
-
-
 def after_state(tree: Tree, paths: Iterable[str]) -> dict[str, str]:
-    """Fingerprint the given paths as they are now."""
-    return {p: fingerprint(tree.state(p)) for p in paths}
+    """Fingerprint the given paths as they are now (a link or a special file at a path or
+    on its way is ``link`` / ``special``, never followed)."""
+    return {p: _fingerprint_at(tree, p) for p in paths}
+
+
+def _fingerprint_at(tree: Tree, path: str) -> str:
+    """:func:`fingerprint` of what is at ``path``; ``link`` / ``special`` for what
+    :meth:`Tree.state` refuses to read."""
+    try:
+        return fingerprint(tree.state(path))
+    except ApplyError as exc:
+        if exc.code == "ERR_PATH_SYMLINK":
+            return "link"
+        if exc.code == "ERR_TARGET_TYPE":
+            return "special"
+        raise
 
 
 def _open(tree: Tree, lock_fd: int) -> Journal | None:
@@ -428,19 +607,44 @@ def _outcome(
         tx_id=journal.tx_id,
         outcome=outcome,
         kept=tuple(report.kept),
+        not_restored=tuple(report.not_restored),
+        saved_to=report.saved_to,
         setid_cleared=tuple(report.setid_cleared),
     )
 
 
 def _foreign(tree: Tree, entries: list[_Entry]) -> list[str]:
-    """Paths inside the directories the transaction created that it did not create."""
-    created = {e.path for e in _unique(entries) if e.kind == "none"}
+    """Touched paths holding what the transaction did not write: what lies inside the
+    directories it created, and the paths an undo would have to leave alone (a
+    directory holding files where a file was, a link, a special file, …)."""
+    unique = _unique(entries)
+    created = {e.path for e in unique if e.kind == "none"}
     found: list[str] = []
     for path in sorted(created):
-        if tree.state(path, read=False).kind != "dir":
+        if _occupant(tree, path) != "dir":
             continue
         found += [f"{path}/{n}" for n in tree.listdir(path) if f"{path}/{n}" not in created]
-    return found
+    return found + sorted(_blocked(tree, unique))
+
+
+def _changed(tree: Tree, manifest: _Manifest) -> list[str]:
+    """The touched paths that are no longer as the transaction left them.
+
+    Where the check had put something else than what the transaction wrote (a directory
+    where it deleted a file, a link where it wrote one), nothing there now counts as
+    unchanged too: that is what moving the check's leftover out of the way gives.
+    """
+    new = {e.path: e.new for e in _unique(manifest.entries)}
+    now = after_state(tree, manifest.after)
+    changed: list[str] = []
+    for path, before in manifest.after.items():
+        if now[path] == before:
+            continue
+        wrote = new.get(norm_path(path))
+        if now[path] == "none" and wrote is not None and before.partition(":")[0] != wrote:
+            continue
+        changed.append(path)
+    return changed
 
 
 def open_locked(tree: Tree) -> tuple[int, TransactionOutcome]:
@@ -472,9 +676,11 @@ def recover(root: str | os.PathLike[str], *, fs: FileSystem | None = None) -> Tr
 
     A transaction that committed is left as it is (the new tree); one that did not
     is rolled back (the old tree); an interrupted :func:`undo` is finished. Safe to
-    call at any time and again after it fails. A directory the transaction created
-    that holds files it did not create is left in place with them
-    (``TransactionOutcome.kept``); set-id bits are not restored from the journal
+    call at any time and again after it fails. Nothing the transaction did not write is
+    removed: a path it created that holds such things is left in place
+    (``TransactionOutcome.kept``), and an old path where such a thing now is is not
+    restored (``TransactionOutcome.not_restored``; its old files are copied under
+    ``TransactionOutcome.saved_to``). Set-id bits are not restored from the journal
     (``TransactionOutcome.setid_cleared``).
 
     Raises:
@@ -503,10 +709,12 @@ def undo(root: str | os.PathLike[str], *, fs: FileSystem | None = None) -> Trans
 
     Raises:
         ApplyError: ``ERR_NOTHING_TO_UNDO`` when the last transaction is not a
-            committed one; ``ERR_UNDO_CONFLICT`` when a touched path changed since, or
-            a directory it created holds something it did not create (nothing is
-            reverted then; ``details["paths"]``); ``ERR_TX_BUSY``; ``ERR_IO`` (an undo
-            cut short is finished by :func:`recover`).
+            committed one; ``ERR_UNDO_CONFLICT`` when a touched path changed since, a
+            directory it created holds something it did not create, or a touched path
+            holds something it did not write that undo would have to remove (a
+            directory holding files where it had a file, a link, a special file; nothing
+            is reverted then; ``details["paths"]``); ``ERR_TX_BUSY``; ``ERR_IO`` (an
+            undo cut short is finished by :func:`recover`).
     """
     try:
         tree = Tree(fs or FileSystem(), root)
@@ -522,16 +730,15 @@ def undo(root: str | os.PathLike[str], *, fs: FileSystem | None = None) -> Trans
                     code="ERR_NOTHING_TO_UNDO",
                     details={"status": None if journal is None else journal.manifest.status},
                 )
-            after = journal.manifest.after
-            now = after_state(tree, after)
-            changed = [p for p, f in after.items() if now[p] != f]
-            # A created directory's fingerprint is only "dir": what was added inside it
-            # shows up here, and undo would otherwise delete around it and stop half-way.
+            changed = _changed(tree, journal.manifest)
+            # A directory's fingerprint is only "dir": what was added inside one it created,
+            # or a directory holding files where it had a file (the check made it before
+            # the commit), shows up here; undo would otherwise delete around it or over it.
             changed = sorted({*changed, *_foreign(tree, journal.manifest.entries)})
             if changed:
                 raise ApplyError(
-                    f"cannot undo: {len(changed)} path(s) changed or added since the transaction, "
-                    f"first {changed[0]!r}",
+                    f"cannot undo: {len(changed)} path(s) changed or added since the transaction "
+                    f"or holding what it did not write, first {changed[0]!r}",
                     code="ERR_UNDO_CONFLICT",
                     details={"tx_id": journal.tx_id, "paths": changed},
                 )
