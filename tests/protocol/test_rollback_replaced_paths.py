@@ -459,3 +459,35 @@ def test_plan_apply_says_which_path_was_not_restored_and_where_the_old_file_is(
     assert code == 1
     assert details["not_restored"] == ["build"]
     assert (root / details["saved_to"] / "build").read_bytes() == OLD
+
+
+def test_apply_reports_the_interrupted_transaction_it_finished_first(
+    root: Path, tmp_path: Path
+) -> None:
+    crash_during_check(root)
+    answer = tmp_path / "answer.json"
+    answer.write_text(
+        json.dumps(
+            {"actions": [{"kind": "CREATE_FILE", "path": "x.txt", "content": "x"}], "summary": "s"}
+        )
+    )
+
+    code, out = run_cli(["plan", "apply", str(answer), "--root", str(root)])
+
+    assert code == 0, out
+    assert "recovered first: rolled_back" in out
+    assert "note: 'build' not restored" in out
+    assert (root / "x.txt").read_text() == "x"
+    assert what_is_at(root / "build") == ("dir", ["out.o"])
+
+
+def test_apply_result_says_what_it_recovered_first(root: Path) -> None:
+    crash_during_check(root)
+    create = {"kind": "CREATE_FILE", "path": "x.txt", "content": "x"}
+
+    result = apply_plan(plan_of(create), root)
+
+    assert result.recovered is not None
+    assert result.recovered.outcome == "rolled_back"
+    assert result.recovered.not_restored == ("build",)
+    assert apply_plan(plan_of({**create, "path": "y.txt"}), root).recovered is None

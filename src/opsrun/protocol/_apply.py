@@ -34,6 +34,7 @@ from ._journal import (
     Journal,
     Kind,
     RollbackReport,
+    TransactionOutcome,
     after_state,
     begin,
     norm_path,
@@ -67,6 +68,12 @@ class ApplyResult(BaseModel):
         default=None, description="Exit status of an argv check; None when none ran."
     )
     check_output: str = Field(default="", description="Tail of the check's stdout and stderr.")
+    recovered: TransactionOutcome | None = Field(
+        default=None,
+        description="An interrupted transaction this apply finished first, as recover() "
+        "would have (what it left in place or could not restore included); None when "
+        "there was none.",
+    )
 
 
 def _snapshot(tree: Tree, changes: list[Change]) -> dict[str, PathState]:
@@ -474,7 +481,7 @@ def _apply(
     journal: Journal | None = None
     lock_fd: int | None = None
     try:
-        lock_fd, _ = open_locked(tree)
+        lock_fd, recovered = open_locked(tree)
         changes = plan_changes(tree, plan, tolerance=tolerance)
         states = _snapshot(tree, changes)
         _stop_point(stop)
@@ -493,6 +500,7 @@ def _apply(
             changed=tuple(changed),
             check_returncode=returncode,
             check_output=output,
+            recovered=None if recovered.outcome == "nothing" else recovered,
         )
     except BaseException as exc:
         error = _as_apply_error(exc)

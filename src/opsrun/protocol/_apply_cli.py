@@ -252,6 +252,9 @@ def _commit(args: argparse.Namespace, plan: Plan, check: list[str] | None, out: 
         doc = result_json(True, [], outcome="applied", **result.model_dump())
         out.write(_json_text(doc))
         return EXIT_OK
+    if (recovered := result.recovered) is not None:
+        out.write(f"recovered first: {recovered.outcome} ({recovered.tx_id})\n")
+        _notes(out, recovered)
     if result.check_output:
         out.write(result.check_output.rstrip("\n") + "\n")
     out.write(f"applied: {len(result.changed)} path(s), transaction {result.tx_id}\n")
