@@ -340,14 +340,17 @@ class StreamRedactor:
 
     def _release(self, pending: str) -> str:
         """Cut ``pending`` at the best safe point found; return the redacted head."""
+        # Candidate cuts: word starts that leave ``lookahead`` whole words pending. A word
+        # still arriving does not count: it may yet complete a secret ("Basic dXN…").
+        keep = self.lookahead - (1 if pending[-1].isspace() else 0)
+        candidates = len(self._starts) - keep
+        if candidates <= 0 and len(pending) <= self.max_pending:
+            return ""  # too few words for a cut, and no overflow: nothing to release yet
         limit = len(pending)
         if self._pem >= 0:
             limit = self._pem  # a PEM header is five words long: hold the block until it ends
         limit = min(limit, _netrc_hold(pending, self._starts))
-        # Candidate cuts: word starts that leave ``lookahead`` whole words pending. A word
-        # still arriving does not count: it may yet complete a secret ("Basic dXN…").
-        keep = self.lookahead - (1 if pending[-1].isspace() else 0)
-        cuts = self._starts[: max(0, len(self._starts) - keep)]
+        cuts = self._starts[: max(0, candidates)]
         cuts = cuts[: bisect.bisect_right(cuts, limit)]
         whole: list[str] = []  # redact(pending), computed at most once
         for cut in _newest_first(cuts):

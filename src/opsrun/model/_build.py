@@ -10,15 +10,16 @@ field defaults worked out once per class instead of once per instance.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from enum import Enum
+from functools import partial
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-__all__ = ["Builder"]
+__all__ = ["Builder", "Shape", "replaced"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -53,7 +54,7 @@ class Builder(Generic[M]):
             if factory is not None:
                 if field.default_factory_takes_validated_data:
                     raise TypeError(f"{cls.__name__}.{name} has a factory that reads data")
-                factories.append((name, factory))  # type: ignore[arg-type]  # takes no data
+                factories.append((name, _quick(factory)))  # type: ignore[arg-type]  # no data
                 defaults[name] = None
             elif field.default is PydanticUndefined:
                 defaults[name] = _REQUIRED
@@ -82,6 +83,20 @@ class Builder(Generic[M]):
         bound._given = self._given.union(fixed)
         bound._sets = None if self._sets is None else {}
         return bound
+
+    def shape(self, names: Iterable[str]) -> Shape[M]:
+        """A builder of instances that are always given exactly ``names``: their fields
+        set is worked out once, here, instead of once per instance.
+
+        Raises:
+            ValueError: a name is not a field of the model.
+        """
+        given = self._given.union(names)
+        unknown = given.difference(self._defaults)
+        if unknown:
+            raise ValueError(f"{self._cls.__name__} has no field {sorted(unknown)[0]!r}")
+        factories = tuple(f for f in self._factories if f[0] not in given)
+        return Shape(self._cls, self._defaults, factories, given, frozen=self._sets is not None)
 
     def __call__(self, **values: Any) -> M:
         """A new instance with ``values`` (trusted, by field name) and defaults."""
@@ -131,17 +146,106 @@ class Builder(Generic[M]):
             if shared is None:
                 shared = sets[names] = self._given.union(names)
             fields_set = shared
-        cls = self._cls
-        instance = cls.__new__(cls)
-        _set(instance, "__dict__", data)
-        _set(instance, "__pydantic_fields_set__", fields_set)
-        _set(instance, "__pydantic_extra__", None)
-        _set(instance, "__pydantic_private__", None)
-        return instance
+        return _instance(self._cls, data, fields_set)
 
 
-_set = object.__setattr__
-"""Sets an attribute of a frozen model (as pydantic itself does)."""
+class Shape(Generic[M]):
+    """Builds instances of one model class that are each given the same field names
+    (see :meth:`Builder.shape`); the values are trusted as a :class:`Builder`'s are."""
+
+    __slots__ = ("_defaults", "_factories", "_fields_set", "_frozen", "cls")
+
+    def __init__(
+        self,
+        cls: type[M],
+        defaults: dict[str, Any],
+        factories: tuple[tuple[str, Callable[[], Any]], ...],
+        fields_set: set[str],
+        *,
+        frozen: bool,
+    ) -> None:
+        self.cls = cls
+        """The model class."""
+        self._defaults = defaults
+        self._factories = factories
+        """The factories of the fields left to their defaults."""
+        self._fields_set = fields_set
+        """The names given: shared by the instances of a frozen model (see ``_new``)."""
+        self._frozen = frozen
+
+    def build_all(self, values: dict[str, Any]) -> M:
+        """A new instance from a value for every field, in field order, which are the
+        shape's names (``values`` becomes its dict: do not use it afterwards)."""
+        fields_set = self._fields_set if self._frozen else set(self._fields_set)
+        return _instance(self.cls, values, fields_set)
+
+    def build(self, values: dict[str, Any]) -> M:
+        """A new instance with ``values`` (trusted, by field name; not kept), which give
+        exactly the shape's names, and defaults."""
+        data = self._defaults.copy()
+        data.update(values)
+        for name, factory in self._factories:
+            data[name] = factory()
+        fields_set = self._fields_set if self._frozen else set(self._fields_set)
+        return _instance(self.cls, data, fields_set)
+
+    def build_over(self, base: dict[str, Any], values: dict[str, Any]) -> M:
+        """A new instance with ``base`` and then ``values`` (trusted, by field name;
+        neither kept), which together give exactly the shape's names, and defaults."""
+        data = self._defaults.copy()
+        data.update(base)
+        data.update(values)
+        for name, factory in self._factories:
+            data[name] = factory()
+        fields_set = self._fields_set if self._frozen else set(self._fields_set)
+        return _instance(self.cls, data, fields_set)
+
+
+def replaced(model: M, update: dict[str, Any]) -> M:
+    """What ``model.model_copy(update=update)`` returns, without its overhead: ``update``
+    holds trusted values by field name (as a :class:`Builder` takes them; not kept).
+
+    A copy of a frozen model shares the fields set of ``model`` when ``update`` adds no
+    name to it (pydantic never changes the set of a frozen instance, see ``_new``).
+    Models with extra fields or private attributes, and mutable ones, are copied by
+    ``model_copy`` itself.
+    """
+    cls = type(model)
+    frozen = _FROZEN.get(cls)
+    if frozen is None:
+        frozen = _FROZEN[cls] = bool(cls.model_config.get("frozen"))
+    if not frozen or model.__pydantic_extra__ is not None or model.__pydantic_private__ is not None:
+        return model.model_copy(update=update)
+    fields_set = model.__pydantic_fields_set__
+    if not fields_set.issuperset(update):
+        fields_set = fields_set.union(update)
+    return _instance(cls, {**model.__dict__, **update}, fields_set)
+
+
+_FROZEN: dict[type[BaseModel], bool] = {}
+"""Per model class: are its instances frozen."""
+
+
+def _instance(cls: type[M], data: dict[str, Any], fields_set: set[str]) -> M:
+    """An instance of ``cls`` whose dict is ``data`` and fields set ``fields_set``, with
+    no extra fields and no private attributes: what validation makes of them."""
+    instance = _new_object(cls)
+    _set_dict(instance, data)
+    _set_fields_set(instance, fields_set)
+    _set_extra(instance, None)
+    _set_private(instance, None)
+    return instance
+
+
+# ``object.__new__(cls)`` rather than ``cls.__new__(cls)``: pydantic's metaclass has a
+# ``__getattr__``, which makes every attribute look-up on a model class slower. The
+# slots of BaseModel are set through their descriptors (as ``object.__setattr__`` does
+# for pydantic, by name), which also skips a frozen model's ``__setattr__``.
+_new_object = object.__new__
+_set_dict = BaseModel.__dict__["__dict__"].__set__
+_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
+_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
 
 _IMMUTABLE = (str, int, float, bool, bytes, type(None), frozenset, Enum, datetime)
 
@@ -153,6 +257,35 @@ def _shared(value: object) -> bool:
     return isinstance(value, _IMMUTABLE) or (
         isinstance(value, BaseModel) and bool(value.model_config.get("frozen"))
     )
+
+
+def _quick(factory: Callable[[], Any]) -> Callable[[], Any]:
+    """``factory``, or a quicker maker of what it makes: for a model class (a
+    ``default_factory=SomeModel``) whose instances made from nothing are its defaults
+    only (no required field, no model validator, no default validated), a builder of
+    it, which makes equal instances with the same (empty) fields set."""
+    if not (isinstance(factory, type) and issubclass(factory, BaseModel)) or factory in _MAKING:
+        return factory
+    fields = factory.model_fields.values()
+    if (
+        factory.__init__ is not BaseModel.__init__
+        or factory.__pydantic_decorators__.model_validators
+        or factory.model_config.get("validate_default")
+        or any(field.is_required() or field.validate_default for field in fields)
+    ):
+        return factory
+    _MAKING.add(factory)
+    try:
+        builder = Builder(factory)
+    except TypeError:  # it needs validation to be built
+        return factory
+    finally:
+        _MAKING.discard(factory)
+    return partial(builder.build, {})
+
+
+_MAKING: set[type[BaseModel]] = set()
+"""Model classes whose builder is being made (a model may make itself by default)."""
 
 
 def _copier(value: object) -> Callable[[], Any]:

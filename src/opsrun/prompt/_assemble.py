@@ -32,8 +32,8 @@ __all__ = ["assemble_prompt", "merge_section"]
 
 _SYSTEM_SOURCE = PromptSource(kind="system")
 
-_MESSAGE = Builder(PromptMessage)
-_HISTORY_SOURCE = Builder(PromptSource).bind({"kind": "history"})
+_MESSAGE = Builder(PromptMessage).shape(("role", "content", "source"))
+_HISTORY_SOURCE = Builder(PromptSource).bind({"kind": "history"}).shape(("message_id",))
 """Build prompt messages from validated chat messages and texts (no second validation)."""
 
 _DOMAIN_ROLES = {role: DomainRole(role.value) for role in ChatRole}
@@ -117,12 +117,16 @@ def assemble_prompt(
     n = len(kept_history)
     if plan.history_size != n:
         raise ValueError(f"the plan was made for {plan.history_size} kept messages, not {n}")
+    if not plan.parts and not effects:  # nothing to lay over: the system prompt, the history
+        plain = [_system_message(system_prompt, _SYSTEM_SOURCE)] if system_prompt else []
+        plain.extend(map(_as_sent, kept_history))
+        return plain
     placed = _place_parts(system_prompt, kept_history, plan.parts)
     applied = _apply_effects(placed.system, n, effects)
     messages: list[PromptMessage] = []
     if applied.system:
         source = applied.system_source or placed.system_source
-        messages.append(_MESSAGE(role=DomainRole.SYSTEM, content=applied.system, source=source))
+        messages.append(_system_message(applied.system, source))
     messages.extend(_history_messages(kept_history, placed, applied))
     messages.extend(_tail_messages(n, placed, applied))
     return messages
@@ -245,17 +249,28 @@ def _history_messages(
             messages.extend(gaps.get(index, ()))
         if at_slot:
             messages.extend(at_slot.get(index, ()))
-        content = chat_message.prompt_text
         parts = acts.get(index) if acts else None
-        if parts:
-            for part in parts:
-                content = _act(content, part)
-            source = _artifact_source(parts[-1], chat_message.message_id)
-        else:
-            source = _HISTORY_SOURCE(message_id=chat_message.message_id)
+        if not parts:
+            messages.append(_as_sent(chat_message))
+            continue
+        content = chat_message.prompt_text
+        for part in parts:
+            content = _act(content, part)
+        source = _artifact_source(parts[-1], chat_message.message_id)
         role = _DOMAIN_ROLES[chat_message.role]
-        messages.append(_MESSAGE(role=role, content=content, source=source))
+        messages.append(_MESSAGE.build({"role": role, "content": content, "source": source}))
     return messages
+
+
+def _system_message(content: str, source: PromptSource) -> PromptMessage:
+    return _MESSAGE.build({"role": DomainRole.SYSTEM, "content": content, "source": source})
+
+
+def _as_sent(chat_message: ChatMessage) -> PromptMessage:
+    """A kept history message as the prompt sends it, unchanged."""
+    source = _HISTORY_SOURCE.build({"message_id": chat_message.message_id})
+    role = _DOMAIN_ROLES[chat_message.role]
+    return _MESSAGE.build({"role": role, "content": chat_message.prompt_text, "source": source})
 
 
 def _tail_messages(n: int, placed: _PlacedParts, applied: _AppliedEffects) -> list[PromptMessage]:

@@ -31,7 +31,8 @@ from ..model import (
     TrimmedRange,
 )
 from ..ports import ProviderMessage
-from ._inclusion import assemble_prompt, plan_inclusions
+from ._inclusion import assemble_prompt
+from ._plan import plan_kept_suffix
 from ._window import HistoryWindow, trim_history
 
 __all__ = [
@@ -84,7 +85,7 @@ def effective_prompt(
     if window is not None:
         trim = trim_history(history, window)
         kept, trimmed = trim.kept, trim.trimmed
-    plan = plan_inclusions(artifacts, history, kept)
+    plan = plan_kept_suffix(artifacts, history, kept)
     messages = assemble_prompt(system_prompt, kept, plan, effects)
     return EffectivePrompt(messages=tuple(messages), trimmed=trimmed, inclusions=plan.records)
 
@@ -104,7 +105,7 @@ def build_prompt(
         history: Messages up to and including the current user message, oldest first.
         effects: ``(operationId, effect)`` pairs in commit order.
     """
-    return assemble_prompt(system_prompt, history, plan_inclusions((), history, history), effects)
+    return assemble_prompt(system_prompt, history, plan_kept_suffix((), history, history), effects)
 
 
 def to_provider_messages(
@@ -122,7 +123,9 @@ def to_provider_messages(
 
 def prompt_hash(messages: Sequence[ProviderMessage]) -> str:
     """sha256 hex of the canonical JSON ``[[role, content], …]`` (UTF-8, no spaces)."""
-    canonical = json.dumps(
-        [[m.role, m.content] for m in messages], ensure_ascii=False, separators=(",", ":")
-    )
+    canonical = _CANONICAL.encode([[m.role, m.content] for m in messages])
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+_CANONICAL = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+"""What ``json.dumps(value, ensure_ascii=False, separators=(",", ":"))`` uses, made once."""

@@ -181,12 +181,25 @@ def plan_inclusions(
         ValueError: if ``kept_history`` is not a suffix of ``full_history``.
         TypeError: if an artifact value is not JSON-serialisable.
     """
-    n_full, n = len(full_history), len(kept_history)
-    start = n_full - n
+    start = len(full_history) - len(kept_history)
     if start < 0 or any(
         full_history[start + i].message_id != m.message_id for i, m in enumerate(kept_history)
     ):
         raise ValueError("kept_history must be a suffix of full_history (compared by message id)")
+    return plan_kept_suffix(artifacts, full_history, kept_history)
+
+
+def plan_kept_suffix(
+    artifacts: Sequence[tuple[int, Artifact]],
+    full_history: Sequence[ChatMessage],
+    kept_history: Sequence[ChatMessage],
+) -> InclusionPlan:
+    """:func:`plan_inclusions` of a ``kept_history`` that is a suffix of ``full_history``
+    by construction (a :func:`trim_history` result): that is not checked again."""
+    n = len(kept_history)
+    if not artifacts:
+        return InclusionPlan(history_size=n)
+    start = len(full_history) - n
     history = _History(full_history)
     keyed: list[tuple[_Key, PlannedPart]] = []
     records: list[InclusionRecord] = []

@@ -123,38 +123,57 @@ def take_snapshot(
         limit = policy.max_message_chars
         if storages[index] == AugmentationStorage.SUMMARY:
             limit = min(limit, policy.summary_chars)
-        content, truncated = _bounded(redactor.redact(text), min(limit, budget))
-        budget -= len(content)
-        contents[index] = (content, truncated)
-    kept = [
-        _MESSAGE(
-            role=provider.role,
-            domain_role=message.role,
-            content=contents[i][0],
-            chars=len(provider.content),
-            sha256=sha256_text(provider.content),
-            truncated=contents[i][1],
-            storage=storages[i],
-            source=message.source,
+        bounded, truncated = _bounded(redactor.redact(text), min(limit, budget))
+        budget -= len(bounded)
+        contents[index] = (bounded, truncated)
+    kept: list[SnapshotMessage] = []
+    roles_mapped = False
+    for i, (message, provider) in enumerate(zip(messages, sent, strict=True)):
+        role = message.role
+        if role == DomainRole.DEVELOPER and provider.role != role.value:
+            roles_mapped = True
+        kept_text, truncated = contents[i]
+        kept.append(
+            _MESSAGE.build(
+                {
+                    "role": provider.role,
+                    "domain_role": role,
+                    "content": kept_text,
+                    "chars": len(provider.content),
+                    "sha256": sha256_text(provider.content),
+                    "truncated": truncated,
+                    "storage": storages[i],
+                    "source": message.source,
+                }
+            )
         )
-        for i, (message, provider) in enumerate(zip(messages, sent, strict=True))
-    ]
-    return _SNAPSHOT(
-        prompt_hash=prompt_hash,
-        messages=tuple(kept),
-        omitted_messages=omitted,
-        roles_mapped=any(
-            m.role == DomainRole.DEVELOPER and p.role != m.role.value
-            for m, p in zip(messages, sent, strict=True)
-        ),
-        history_window=_window_limits(window),
-        trimmed=() if trimmed is None else (trimmed,),
-        inclusions=tuple(inclusions),
+    return _SNAPSHOT.build(
+        {
+            "prompt_hash": prompt_hash,
+            "messages": tuple(kept),
+            "omitted_messages": omitted,
+            "roles_mapped": roles_mapped,
+            "history_window": _window_limits(window),
+            "trimmed": () if trimmed is None else (trimmed,),
+            "inclusions": tuple(inclusions),
+        }
     )
 
 
-_MESSAGE = Builder(SnapshotMessage)
-_SNAPSHOT = Builder(PromptSnapshot)
+_MESSAGE = Builder(SnapshotMessage).shape(
+    ("role", "domain_role", "content", "chars", "sha256", "truncated", "storage", "source")
+)
+_SNAPSHOT = Builder(PromptSnapshot).shape(
+    (
+        "prompt_hash",
+        "messages",
+        "omitted_messages",
+        "roles_mapped",
+        "history_window",
+        "trimmed",
+        "inclusions",
+    )
+)
 """Build the snapshot from validated prompt messages and values made here (no second
 validation)."""
 

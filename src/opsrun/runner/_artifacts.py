@@ -38,6 +38,8 @@ def commit_order(
     Raises:
         ValueError: if the dependencies among ``items`` form a cycle.
     """
+    if not any(map(depends_on, items)):  # no dependencies at all: by (order, id)
+        return sorted(items, key=lambda item: (order(item), key(item)))
     by_id = {key(item): item for item in items}
     waiting: dict[str, set[str]] = {
         k: {d for d in depends_on(item) if d in by_id and d != k} for k, item in by_id.items()

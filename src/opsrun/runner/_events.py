@@ -3,49 +3,74 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Protocol, cast, runtime_checkable
+from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
 import anyio
 import anyio.lowlevel
+from pydantic import BaseModel
 
 from ..model import (
+    FailedDetails,
+    FailedType,
+    FinishReason,
     Hook,
     MainLlmDelta,
     MainLlmFinished,
     MainLlmStarted,
+    MainLlmStatus,
     OperationError,
     OperationFinished,
     OperationStarted,
     OperationStatus,
+    Run,
     RunEvent,
     RunFinished,
+    RunPhase,
     RunPhaseChanged,
     RunStarted,
+    RunStatus,
     SkippedReason,
 )
-from ..model._build import Builder
+from ..model._build import Builder, Shape
 from ..ports import Clock, EventSink, RunStore
 
 __all__ = ["EventEmitter", "ImmediateEventLog"]
 
 _log = logging.getLogger("opsrun.events")
 
-_BUILDERS: dict[type[Any], Builder[Any]] = {
-    event_type: Builder(event_type)
-    for event_type in (
-        RunStarted,
-        RunPhaseChanged,
-        OperationStarted,
-        OperationFinished,
-        MainLlmStarted,
-        MainLlmDelta,
-        MainLlmFinished,
-        RunFinished,
-    )
-}
-"""Builds each event type from the runner's own values, without validating them again."""
+E = TypeVar("E", bound=BaseModel)
+
+_BASE = ("run_id", "chat_id", "user_message_id", "trigger")
+"""The fields every event of a run shares (the emitter's base), besides ``seq`` and ``ts``."""
+
+
+def _shape(event_type: type[E], *names: str) -> Shape[E]:
+    """How events of ``event_type`` are built: the runner gives every field but ``type``."""
+    return Builder(event_type).shape((*_BASE, "seq", "ts", *names))
+
+
+_RUN_STARTED = _shape(RunStarted)
+_PHASE_CHANGED = _shape(RunPhaseChanged, "phase")
+_OPERATION_STARTED = _shape(OperationStarted, "hook", "operation_id", "operation_name")
+_OPERATION_FINISHED = _shape(
+    OperationFinished,
+    "hook",
+    "operation_id",
+    "operation_name",
+    "status",
+    "skipped_reason",
+    "error",
+    "duration_ms",
+)
+_MAIN_LLM_STARTED = _shape(MainLlmStarted)
+_MAIN_LLM_DELTA = _shape(MainLlmDelta, "text")
+_MAIN_LLM_FINISHED = _shape(MainLlmFinished, "status", "finish_reason", "error")
+_RUN_FINISHED = _shape(RunFinished, "status", "failed_type", "failed_details")
+"""Build each event type from the runner's own values, without validating them again.
+
+Each event type has one emitting method below, which gives exactly the names of its
+shape."""
 
 
 @runtime_checkable
@@ -56,8 +81,8 @@ class ImmediateEventLog(Protocol):
     appended as it is emitted.
     """
 
-    def append_events_now(self, run_id: str, events: Sequence[RunEvent]) -> None:
-        """Append events to the run's log now, as ``RunStore.append_events`` does."""
+    def append_event_now(self, run_id: str, event: RunEvent) -> None:
+        """Append one event to the run's log now, as ``RunStore.append_events`` does."""
         ...
 
 
@@ -77,7 +102,8 @@ def _immediate(store: RunStore) -> bool:
 class EventEmitter:
     """Numbers a run's events 1, 2, … and delivers them in order.
 
-    ``emit`` never waits. With no sink and a store that appends at once
+    Each event type has its method (``run_started``, ``phase_changed``…); none of them
+    waits. With no sink and a store that appends at once
     (:class:`ImmediateEventLog`), each event is appended as it is emitted. Otherwise
     events queue in memory and one task (the run's helper) hands them on: to the sink
     as soon as it runs (:meth:`send`), to the run store in batches, each event within
@@ -91,14 +117,20 @@ class EventEmitter:
 
     def __init__(
         self,
+        run: Run,
         *,
-        base: dict[str, Any],
         clock: Clock,
         sink: EventSink | None,
         store: RunStore,
         batch_seconds: float = 0.0,
     ) -> None:
-        self._base = base
+        self._base = {
+            "run_id": run.run_id,
+            "chat_id": run.chat_id,
+            "user_message_id": run.user_message_id,
+            "trigger": run.trigger,
+        }
+        """The fields every event of the run has (``_BASE``)."""
         self._clock = clock
         self._sink = sink
         self._store = store
@@ -115,7 +147,7 @@ class EventEmitter:
         """When the events the store lacks are due (event loop time); None: none lacks."""
         self._now = cast(ImmediateEventLog, store) if sink is None and _immediate(store) else None
         """The store, when events are appended as they are emitted."""
-        self._run_id: str = base["run_id"]
+        self._run_id = run.run_id
 
     @property
     def pending(self) -> bool:
@@ -143,38 +175,20 @@ class EventEmitter:
             self._wakeup = None
             wakeup.set()
 
-    def emit(self, event_type: type[Any], **fields: Any) -> RunEvent:
-        """Build the next event of ``event_type`` and queue it for delivery.
+    def run_started(self) -> None:
+        """Emit ``run.started``."""
+        self._emit(_RUN_STARTED, self._clock.now(), {})
 
-        ``fields`` come from validated models or from the runner, with the types the
-        event holds; only a host clock's reading may be of another type, and then the
-        event is validated.
-        """
-        return self._emit(event_type, self._clock.now(), fields)
-
-    def _emit(self, event_type: type[Any], ts: object, fields: dict[str, Any]) -> RunEvent:
-        """Build the next event (``seq``) of ``event_type`` stamped ``ts`` and deliver or
-        queue it."""
-        self.seq += 1
-        fields["seq"] = self.seq
-        fields["ts"] = ts
-        event: RunEvent
-        if type(ts) is datetime:
-            event = _BUILDERS[event_type].build_over(self._base, fields)
-        else:
-            event = event_type(**self._base, **fields)
-        if self._now is not None:
-            self._now.append_events_now(self._run_id, (event,))
-        else:
-            self._queue_event(event)
-        return event
+    def phase_changed(self, phase: RunPhase) -> None:
+        """Emit ``run.phase_changed``."""
+        self._emit(_PHASE_CHANGED, self._clock.now(), {"phase": phase})
 
     def operation_started(
         self, ts: datetime, hook: Hook, operation_id: str, operation_name: str
     ) -> None:
         """Emit ``operation.started`` stamped ``ts`` (the operation's ``started_at``)."""
         fields = {"hook": hook, "operation_id": operation_id, "operation_name": operation_name}
-        self._emit(OperationStarted, ts, fields)
+        self._emit(_OPERATION_STARTED, ts, fields)
 
     def operation_finished(
         self,
@@ -197,7 +211,53 @@ class EventEmitter:
             "error": error,
             "duration_ms": duration_ms,
         }
-        self._emit(OperationFinished, ts, fields)
+        self._emit(_OPERATION_FINISHED, ts, fields)
+
+    def main_llm_started(self) -> None:
+        """Emit ``main_llm.started``."""
+        self._emit(_MAIN_LLM_STARTED, self._clock.now(), {})
+
+    def main_llm_delta(self, text: str) -> None:
+        """Emit ``main_llm.delta``."""
+        self._emit(_MAIN_LLM_DELTA, self._clock.now(), {"text": text})
+
+    def main_llm_finished(
+        self, status: MainLlmStatus, finish_reason: FinishReason, error: OperationError | None
+    ) -> None:
+        """Emit ``main_llm.finished``."""
+        fields = {"status": status, "finish_reason": finish_reason, "error": error}
+        self._emit(_MAIN_LLM_FINISHED, self._clock.now(), fields)
+
+    def run_finished(
+        self,
+        status: RunStatus,
+        failed_type: FailedType | None,
+        failed_details: FailedDetails | None,
+    ) -> None:
+        """Emit ``run.finished``."""
+        fields = {"status": status, "failed_type": failed_type, "failed_details": failed_details}
+        self._emit(_RUN_FINISHED, self._clock.now(), fields)
+
+    def _emit(self, shape: Shape[Any], ts: object, fields: dict[str, Any]) -> None:
+        """Build the next event (``seq``) of ``shape`` stamped ``ts`` from ``fields`` (every
+        field of the event but the run's own and ``type``) and deliver or queue it.
+
+        ``fields`` come from validated models or from the runner, with the types the
+        event holds; only a host clock's reading may be of another type, and then the
+        event is validated.
+        """
+        self.seq += 1
+        fields["seq"] = self.seq
+        fields["ts"] = ts
+        event: RunEvent
+        if type(ts) is datetime:
+            event = shape.build_over(self._base, fields)
+        else:
+            event = shape.cls(**self._base, **fields)
+        if self._now is not None:
+            self._now.append_event_now(self._run_id, event)
+        else:
+            self._queue_event(event)
 
     @property
     def closed(self) -> bool:

@@ -74,7 +74,11 @@ class OpExec:
     result: OperationResult | None = None
     committed: bool = False
     commit_index: int | None = None
+    settling: bool = False
+    """True while its hook executes it: from the hook's start until it ended and was
+    announced (settled)."""
     finished: anyio.Event | None = None
+    """Set once it settled; made by the first operation that waits for it."""
     inputs_summary: dict[str, Any] = field(default_factory=dict)
     outputs_summary: dict[str, Any] = field(default_factory=dict)
     debug: dict[str, Any] | None = None
@@ -82,11 +86,11 @@ class OpExec:
     writers: tuple[OpExec, ...] | None = None
     """This operation and its transitive dependencies that staged an artifact write,
     once known (see the scheduler)."""
+    operation_id: str = field(init=False)
+    """The operation's id (its definition's)."""
 
-    @property
-    def operation_id(self) -> str:
-        """The operation's id."""
-        return self.definition.operation_id
+    def __post_init__(self) -> None:
+        self.operation_id = self.definition.operation_id
 
     @property
     def terminal(self) -> bool:
@@ -106,15 +110,18 @@ class OpExec:
         self.error = error
 
 
-_RECORD = Builder(OperationRun)
+_RECORD = Builder(OperationRun).shape(OperationRun.model_fields)
 """Builds operation records from the runner's own values (no second validation)."""
+
+
+_TIME_OR_NONE = (datetime, type(None))
 
 
 def _trusted(e: OpExec) -> bool:
     """True when ``e``'s changing fields have the types a record holds."""
     return (
-        isinstance(e.started_at, datetime | None)
-        and isinstance(e.finished_at, datetime | None)
+        isinstance(e.started_at, _TIME_OR_NONE)
+        and isinstance(e.finished_at, _TIME_OR_NONE)
         and _plain(e.inputs_summary)
         and _plain(e.outputs_summary)
         and (e.debug is None or _plain(e.debug))

@@ -25,14 +25,11 @@ from ..errors import ProviderError, ProviderTimeout, RateLimited, bound_details
 from ..model import (
     FinishReason,
     MainLlmCall,
-    MainLlmDelta,
-    MainLlmFinished,
-    MainLlmStarted,
     MainLlmStatus,
     OperationError,
 )
 from ..model._base import well_formed
-from ..model._build import Builder
+from ..model._build import Builder, replaced
 from ..ports import MainLlmDone, MainLlmRequest
 from ..prompt import EffectivePrompt, prompt_hash, take_snapshot, to_provider_messages
 from ._context import Cancellation, RunContext
@@ -44,7 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MainLlmReply", "call_main_llm"]
 
-_CALL = Builder(MainLlmCall)
+_CALL = Builder(MainLlmCall).shape(("started", "started_at", "prompt_hash", "prompt", "params"))
 """Builds the started call from the snapshot and values the runner made."""
 
 _FAILURES: tuple[tuple[type[ProviderError], FinishReason], ...] = (
@@ -149,7 +146,7 @@ async def _generate(
     interrupted: Callable[[MainLlmCall], None],
 ) -> MainLlmReply:
     """Stream the reply, with retries; return the call as recorded."""
-    emitter.emit(MainLlmStarted)
+    emitter.main_llm_started()
     calls = 0
     current = _Stream()  # the attempt in progress, as far as it streamed
 
@@ -167,14 +164,14 @@ async def _generate(
         # Cancelled from outside (the run is then aborted, reason "cancelled").
         status, reason = MainLlmStatus.ABORTED, FinishReason.USER_ABORT
         early = _ended(ctx, call, current, calls, status, reason, None)
-        emitter.emit(MainLlmFinished, status=status, finish_reason=reason, error=None)
+        emitter.main_llm_finished(status, reason, None)
         interrupted(early)
         raise
     status, reason, error = _outcome(stream, cancellation)
     if error is not None:
         error = redact_error(ctx.redactor, error)
     call = _ended(ctx, call, stream, calls, status, reason, error)
-    emitter.emit(MainLlmFinished, status=status, finish_reason=reason, error=error)
+    emitter.main_llm_finished(status, reason, error)
     return MainLlmReply(call, stream.whole if call.text == "".join(stream.parts) else None)
 
 
@@ -189,8 +186,9 @@ def _ended(
 ) -> MainLlmCall:
     """``call`` as it ended: ``stream``'s text and usage, after ``calls`` attempts."""
     done = stream.done
-    return call.model_copy(
-        update={
+    return replaced(
+        call,
+        {
             "status": status,
             "finish_reason": reason,
             "provider_finish_reason": _provider_reason(done),
@@ -201,7 +199,7 @@ def _ended(
             "usage": done.usage if done else None,
             "attempts": calls,
             "finished_at": ctx.clock.now(),
-        }
+        },
     )
 
 
@@ -303,13 +301,14 @@ def _prepare(ctx: RunContext, prompt: EffectivePrompt) -> tuple[MainLlmCall, Mai
     params = ctx.request.main_llm_params
     started_at = ctx.clock.now()
     # Built without validation unless the host clock's reading is of another type.
-    call = (_CALL if type(started_at) is datetime else MainLlmCall)(
-        started=True,
-        started_at=started_at,
-        prompt_hash=digest,
-        prompt=snapshot,
-        params=bound_details(params, redactor=ctx.redactor) if params else {},
-    )
+    values = {
+        "started": True,
+        "started_at": started_at,
+        "prompt_hash": digest,
+        "prompt": snapshot,
+        "params": bound_details(params, redactor=ctx.redactor) if params else {},
+    }
+    call = _CALL.build(values) if type(started_at) is datetime else MainLlmCall(**values)
     meta = ctx.meta
     request = MainLlmRequest(
         messages=provider_messages,
@@ -354,7 +353,7 @@ async def _stream(
                     released = deltas.feed(item)
                     if released:
                         result.streamed = True
-                        emitter.emit(MainLlmDelta, text=released)
+                        emitter.main_llm_delta(released)
             finally:
                 aclose = getattr(stream, "aclose", None)
                 if aclose is not None:
@@ -380,7 +379,7 @@ async def _stream(
     rest = deltas.flush()
     if rest:
         result.streamed = True
-        emitter.emit(MainLlmDelta, text=rest)
+        emitter.main_llm_delta(rest)
     if whole:
         result.whole = rest
     return result

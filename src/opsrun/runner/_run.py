@@ -30,16 +30,13 @@ from ..model import (
     OperationRun,
     OperationStatus,
     Run,
-    RunFinished,
     RunPhase,
-    RunPhaseChanged,
     RunResult,
-    RunStarted,
     RunStatus,
     SkippedReason,
     Trigger,
 )
-from ..model._build import Builder
+from ..model._build import Builder, replaced
 from ..operations import OperationCatalog, RunMeta
 from ..ports import RunStore
 from ._context import Cancellation, RunContext
@@ -61,9 +58,8 @@ FINISH_SECONDS = 5.0
 
 _log = run_logger("opsrun.runner")
 
-_CALL = Builder(MainLlmCall)
-_RESULT = Builder(RunResult)
-"""Build records from validated models (no second validation)."""
+_RESULT = Builder(RunResult).shape(("run", "operation_runs"))
+"""Builds the run's result from its records (no second validation)."""
 
 
 _FAILED_IN = {
@@ -125,15 +121,21 @@ class RunDriver:
         self._staging = Staging(ctx)
         self._scheduler = Scheduler(ctx, self._ledger, self._cancellation, emitter)
         self._t0 = anyio.current_time()
-        self._main_llm = _CALL()
+        self._main_llm = run.main_llm  # none yet: the run's own default, an empty call
         self._redacted_text: str | None = None
         """The main LLM's text redacted, when the stream already redacted it whole."""
         self.run = run
-        self.result = _RESULT(run=run)
+        self._result: RunResult | None = None
         self._finished = False
         self._at = RunPhase.PLANNING
         """The phase the run is in."""
         self._lease = timedelta(seconds=lease_seconds)
+
+    @property
+    def result(self) -> RunResult:
+        """The finished run and its operation runs (once :meth:`drive` returned)."""
+        assert self._result is not None, "the run is finished when drive() returns"
+        return self._result
 
     async def drive(self) -> None:
         """Run every phase; the run is finished and stored when this returns.
@@ -145,7 +147,7 @@ class RunDriver:
         While it runs, the run's id is in the log context and, with telemetry, its span
         is the current span (every task the run starts inherits both).
         """
-        self._emitter.emit(RunStarted)
+        self._emitter.run_started()
         tracing = self._ctx.tracing
         log_scope = enter_run(self.run.run_id)
         span = token = None
@@ -259,7 +261,7 @@ class RunDriver:
 
     def _phase(self, phase: RunPhase) -> None:
         # The stored record keeps the phase it was saved in (planning, then finished).
-        self._emitter.emit(RunPhaseChanged, phase=phase)
+        self._emitter.phase_changed(phase)
         self._at = phase
 
     async def _plan(self) -> None:
@@ -288,8 +290,8 @@ class RunDriver:
     def _plan_operation(self, operation_id: str, config: OperationConfig) -> list[OpExec]:
         """One :class:`OpExec` per hook of the operation, ended when it is not to run."""
         catalog = self._catalog
-        definition = catalog[operation_id]
         implementation = catalog.implementation(operation_id)
+        definition = implementation.definition  # what ``catalog[operation_id]`` is
         params = catalog.parse_params(operation_id, config.params)
         spec = getattr(params, "write_artifact", None)
         write_tag = definition.capabilities.write_tag or (spec.tag if spec else None)
@@ -318,7 +320,7 @@ class RunDriver:
         """What the operations of ``hook`` read."""
         host = MappingProxyType(self._ctx.request.host)
         history = self._turn.visible_history(hook)
-        base = self._staging.committed()
+        base = MappingProxyType(self._staging.committed())
         if hook == Hook.BEFORE_MAIN_LLM:
             draft = self._staging.effective_prompt(self._turn.history).messages
             return HookView(history=history, base=base, prompt=draft, host=host)
@@ -402,8 +404,9 @@ class RunDriver:
         self._ledger.end_all(OperationStatus.SKIPPED, SkippedReason.MAIN_LLM_NOT_RUN)
         now = self._ctx.clock.now()
         aborted = status == RunStatus.ABORTED
-        self.run = self.run.model_copy(
-            update={
+        self.run = replaced(
+            self.run,
+            {
                 "status": status,
                 "phase": RunPhase.FINISHED,
                 "failed_type": failed_type,
@@ -413,16 +416,14 @@ class RunDriver:
                 "duration_ms": (anyio.current_time() - self._t0) * 1000,
                 "main_llm": self._recorded_main_llm(),
                 "applied_effects": tuple(self._staging.applied),
-            }
+            },
         )
         records = self._records()
         with anyio.CancelScope(shield=True):
             await self._runs.save_run(self.run, records)
-        self._emitter.emit(RunPhaseChanged, phase=RunPhase.FINISHED)
-        self._emitter.emit(
-            RunFinished, status=status, failed_type=failed_type, failed_details=details
-        )
-        self.result = _RESULT(run=self.run, operation_runs=tuple(records))
+        self._emitter.phase_changed(RunPhase.FINISHED)
+        self._emitter.run_finished(status, failed_type, details)
+        self._result = _RESULT.build({"run": self.run, "operation_runs": tuple(records)})
         self._finished = True
         # The run is recorded; what it worked with is not needed any more. Let go of it
         # now rather than when the run's task ends: with many runs at once, a finished

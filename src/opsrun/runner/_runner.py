@@ -25,6 +25,7 @@ from ..model import (
     ChatMessage,
     ChatRole,
     OperationProfile,
+    OperationProfileSessionKey,
     ProfileIssue,
     Run,
     RunEvent,
@@ -353,19 +354,23 @@ class Runner:
         user_message_id = request.user_message_id or self.ids.new_id("msg")
         history = await self._turn_history(request, user_message_id)
         started_at = _instant(self.clock.now())
-        run = _RUN(
-            run_id=self.ids.new_id("run"),
-            trigger=request.trigger,
-            chat_id=request.chat_id,
-            branch_id=request.branch_id,
-            user_message_id=user_message_id,
-            profile_id=profile.profile_id if profile else None,
-            profile_ref=profile.ref if profile else None,
-            operation_profile_session_id=profile.operation_profile_session_id if profile else None,
-            dedupe_key=request.dedupe_key,
-            initiator=request.initiator,
-            started_at=started_at,
-            lease_expires_at=started_at + timedelta(seconds=self.lease_seconds),
+        run = _RUN.build(
+            {
+                "run_id": self.ids.new_id("run"),
+                "trigger": request.trigger,
+                "chat_id": request.chat_id,
+                "branch_id": request.branch_id,
+                "user_message_id": user_message_id,
+                "profile_id": profile.profile_id if profile else None,
+                "profile_ref": profile.ref if profile else None,
+                "operation_profile_session_id": (
+                    profile.operation_profile_session_id if profile else None
+                ),
+                "dedupe_key": request.dedupe_key,
+                "initiator": request.initiator,
+                "started_at": started_at,
+                "lease_expires_at": started_at + timedelta(seconds=self.lease_seconds),
+            }
         )
         stored = await self.runs.claim(run)
         if stored.run_id != run.run_id:
@@ -384,12 +389,7 @@ class Runner:
         rank = checked.rank if checked is not None else _NO_RANK
         ctx = self._context(request, run, rank, signal)
         emitter = EventEmitter(
-            base={
-                "run_id": run.run_id,
-                "chat_id": run.chat_id,
-                "user_message_id": run.user_message_id,
-                "trigger": run.trigger,
-            },
+            run,
             clock=self.clock,
             sink=sink,
             store=self.runs,
@@ -430,7 +430,7 @@ class Runner:
         rank: Mapping[str, int],
         signal: AbortSignal,
     ) -> RunContext:
-        session_key = run.session_key
+        session_key = _session_key(run)
         return RunContext(
             request=request,
             meta=RunMeta(
@@ -532,8 +532,40 @@ class _Checked:
 
 _NO_RANK: Mapping[str, int] = MappingProxyType({})
 
-_RUN = Builder(Run)
+_RUN = Builder(Run).shape(
+    (
+        "run_id",
+        "trigger",
+        "chat_id",
+        "branch_id",
+        "user_message_id",
+        "profile_id",
+        "profile_ref",
+        "operation_profile_session_id",
+        "dedupe_key",
+        "initiator",
+        "started_at",
+        "lease_expires_at",
+    )
+)
 """Builds a new run's record from the validated request and profile."""
+_SESSION_KEY = Builder(OperationProfileSessionKey).shape(
+    ("chat_id", "branch_id", "profile_ref", "operation_profile_session_id")
+)
+
+
+def _session_key(run: Run) -> OperationProfileSessionKey | None:
+    """``run.session_key``, built from the run's own (validated) values."""
+    if run.profile_ref is None or run.operation_profile_session_id is None:
+        return None
+    return _SESSION_KEY.build(
+        {
+            "chat_id": run.chat_id,
+            "branch_id": run.branch_id,
+            "profile_ref": run.profile_ref,
+            "operation_profile_session_id": run.operation_profile_session_id,
+        }
+    )
 
 
 def _rank(profile: OperationProfile) -> Mapping[str, int]:

@@ -51,7 +51,8 @@ class HookView:
     history: tuple[ChatMessage, ...]
     """The chat history the hook's operations see."""
     base: Mapping[str, Artifact]
-    """Artifacts committed before the hook (nothing commits while it executes)."""
+    """Artifacts committed before the hook (nothing commits while it executes),
+    read-only: operations without dependencies read it as it is."""
     prompt: tuple[PromptMessage, ...] | None = None
     """The draft prompt (before_main_llm only)."""
     main_llm: MainLlmCall | None = None
@@ -101,11 +102,8 @@ class Scheduler:
         pending = [e for e in execs if e.status == OperationStatus.PLANNED]
         if not pending:
             return
-        awaited = {dep for e in pending for dep in e.config.depends_on}
         for e in pending:
-            # Only operations something waits for need a completion event.
-            if e.operation_id in awaited:
-                e.finished = anyio.Event()
+            e.settling = True
         pending.sort(key=lambda e: (e.config.order, e.operation_id))
         tracing = self._ctx.tracing
         if tracing is None:
@@ -128,7 +126,6 @@ class Scheduler:
         suspends is driven by this task while the rest become tasks of the run's task
         group (``tasks``), and this one waits until they ended.
         """
-        shared = MappingProxyType(dict(view.base))
         # An abort cancels this scope and those of the hook's tasks: every operation
         # stops at its next await and is marked aborted when the run finishes.
         # Per-operation scopes exist only for operations with a timeout.
@@ -138,11 +135,11 @@ class Scheduler:
         try:
             with scope:
                 for index, e in enumerate(pending):
-                    started = start(self._run_one(e, by_id, view, shared))
+                    started = start(self._run_one(e, by_id, view, view.base))
                     if started is not None:
                         later = pending[index + 1 :]
                         if later:
-                            spawned = self._spawn(later, by_id, view, shared)
+                            spawned = self._spawn(later, by_id, view, view.base)
                         await drive(started)
                         break
                 if spawned is not None:
@@ -212,6 +209,7 @@ class Scheduler:
                     await self._execute(e, view, artifacts)
             self._ledger.announce(e)
         finally:
+            e.settling = False
             if e.finished is not None:
                 e.finished.set()
 
@@ -219,8 +217,10 @@ class Scheduler:
         """Wait for ``e``'s dependencies; when one did not end done, end ``e``, say False."""
         for dep_id in e.config.depends_on:
             dep = by_id.get(dep_id)
-            # A dependency that already finished is not waited for (waiting would yield).
-            if dep is not None and dep.finished is not None and not dep.finished.is_set():
+            # A dependency that already settled is not waited for (waiting would yield).
+            if dep is not None and dep.settling:
+                if dep.finished is None:  # the first operation to wait for it
+                    dep.finished = anyio.Event()
                 await dep.finished.wait()
             if dep is None or dep.status != OperationStatus.DONE:
                 if self._cancellation.aborted:

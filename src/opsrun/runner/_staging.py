@@ -108,7 +108,6 @@ class Staging:
 
     async def commit(self, done: Sequence[OpExec], ledger: OperationLedger, turn: Turn) -> None:
         """Apply the staged effects of ``done`` operations in commit order."""
-        self._changes += 1
         ordered = commit_order(
             done,
             key=lambda e: e.operation_id,
@@ -118,8 +117,10 @@ class Staging:
         for e in ordered:
             assert e.result is not None
             effects = e.result.effects
+            if effects.artifact is not None or effects.prompt:
+                self._changes += 1  # what the effective prompt reads changes
             if effects.artifact is None and not effects.turn:
-                await self._commit_one(e, ledger, turn)  # prompt effects only: no store
+                self._settle(e, [])  # prompt effects only: no store
                 continue
             # One operation's effects apply whole: a cancellation from outside waits
             # for the operation being committed (the stores bound their own calls), so
@@ -147,7 +148,12 @@ class Staging:
             # effects: the run's record lists those, so it tells what was written.
             self.applied.extend(applied)
             raise
-        for prompt_effect in effects.prompt:
+        self._settle(e, applied)
+
+    def _settle(self, e: OpExec, applied: list[AppliedEffect]) -> None:
+        """Stage ``e``'s prompt effects and count it committed, after ``applied``."""
+        assert e.result is not None
+        for prompt_effect in e.result.effects.prompt:
             self.prompt_effects.append((e.operation_id, prompt_effect))
             applied.append(self._applied(e, prompt_effect.type, len(applied)))
         e.committed = True

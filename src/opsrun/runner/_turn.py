@@ -18,13 +18,37 @@ from ..model import (
     TurnEffect,
     UserVariant,
 )
-from ..model._build import Builder
+from ..model._build import Builder, replaced
 from ._context import RunContext
 
 __all__ = ["Turn"]
 
-_VARIANT = Builder(MessageVariant)
-_MESSAGE = Builder(ChatMessage)
+_VARIANT = Builder(MessageVariant).shape(
+    ("variant_id", "content", "source", "run_id", "created_at")
+)
+_USER_MESSAGE = Builder(ChatMessage).shape(
+    (
+        "message_id",
+        "chat_id",
+        "branch_id",
+        "role",
+        "variants",
+        "selected_variant_id",
+        "created_at",
+    )
+)
+_REPLY = Builder(ChatMessage).shape(
+    (
+        "message_id",
+        "chat_id",
+        "branch_id",
+        "role",
+        "variants",
+        "selected_variant_id",
+        "turn_id",
+        "created_at",
+    )
+)
 """Build the turn's messages from values of validated models (no second validation)."""
 
 
@@ -69,21 +93,26 @@ class Turn:
                 return
             except NotFound:
                 pass
-        variant = _VARIANT(
-            variant_id=ctx.ids.new_id("var"),
-            content=ctx.request.user_message or "",
-            source="user",
-            run_id=meta.run_id,
-            created_at=ctx.started_at,
+        variant_id = ctx.ids.new_id("var")
+        variant = _VARIANT.build(
+            {
+                "variant_id": variant_id,
+                "content": ctx.request.user_message or "",
+                "source": "user",
+                "run_id": meta.run_id,
+                "created_at": ctx.started_at,
+            }
         )
-        message = _MESSAGE(
-            message_id=meta.user_message_id,
-            chat_id=meta.chat_id,
-            branch_id=meta.branch_id,
-            role=ChatRole.USER,
-            variants=(variant,),
-            selected_variant_id=variant.variant_id,
-            created_at=ctx.started_at,
+        message = _USER_MESSAGE.build(
+            {
+                "message_id": meta.user_message_id,
+                "chat_id": meta.chat_id,
+                "branch_id": meta.branch_id,
+                "role": ChatRole.USER,
+                "variants": (variant,),
+                "selected_variant_id": variant_id,
+                "created_at": ctx.started_at,
+            }
         )
         await ctx.chats.save_message(message)
         self.started = True
@@ -114,13 +143,14 @@ class Turn:
         now = ctx.clock.now()
         # A host clock's reading of another type is validated (as the fields read it).
         trusted = type(now) is datetime
-        variant = (_VARIANT if trusted else MessageVariant)(
-            variant_id=variant_id,
-            content=call.text or "",
-            source="main_llm",
-            run_id=meta.run_id,
-            created_at=now,
-        )
+        values = {
+            "variant_id": variant_id,
+            "content": call.text or "",
+            "source": "main_llm",
+            "run_id": meta.run_id,
+            "created_at": now,
+        }
+        variant = _VARIANT.build(values) if trusted else MessageVariant(**values)
         existing = None
         # A regenerate answers a turn again; so does a generate naming its user message,
         # the retry of a turn whose aborted run may have stored an answer already.
@@ -134,20 +164,21 @@ class Turn:
             message_id = ctx.ids.new_id("msg")
             created_at = ctx.clock.now()
             trusted = trusted and type(created_at) is datetime
-            message = (_MESSAGE if trusted else ChatMessage)(
-                message_id=message_id,
-                chat_id=meta.chat_id,
-                branch_id=meta.branch_id,
-                role=ChatRole.ASSISTANT,
-                variants=(variant,),
-                selected_variant_id=variant_id,
-                turn_id=meta.user_message_id,
-                created_at=created_at,
-            )
+            values = {
+                "message_id": message_id,
+                "chat_id": meta.chat_id,
+                "branch_id": meta.branch_id,
+                "role": ChatRole.ASSISTANT,
+                "variants": (variant,),
+                "selected_variant_id": variant_id,
+                "turn_id": meta.user_message_id,
+                "created_at": created_at,
+            }
+            message = _REPLY.build(values) if trusted else ChatMessage(**values)
         await ctx.chats.save_message(message)
         self.assistant = message
-        return call.model_copy(
-            update={"assistant_message_id": message.message_id, "assistant_variant_id": variant_id}
+        return replaced(
+            call, {"assistant_message_id": message.message_id, "assistant_variant_id": variant_id}
         )
 
     async def apply(self, operation_id: str, effect: TurnEffect) -> None:

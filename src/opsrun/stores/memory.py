@@ -45,6 +45,7 @@ from ..model import (
     RunFinished,
     RunStatus,
 )
+from ..model._build import Builder
 from ._branch_hold import branch_busy
 from ._cursor import check_limit, check_prune, decode_cursor, encode_cursor, micros
 from ._frozen import FROZEN_EMPTY, freeze_model
@@ -61,6 +62,7 @@ __all__ = [
 ]
 
 _SessionKey = tuple[str, str, str, str]
+_SESSION = Builder(OperationProfileSession).shape(("key", "created_at"))
 _seq = attrgetter("seq")
 
 
@@ -102,7 +104,10 @@ class InMemorySessionStore:
             k = key.as_tuple()
             session = self._sessions.get(k)
             if session is None:
-                session = OperationProfileSession(key=key, created_at=now)
+                # Validated unless the values are already of the fields' own types.
+                trusted = type(key) is OperationProfileSessionKey and type(now) is datetime
+                values = {"key": key, "created_at": now}
+                session = _SESSION.build(values) if trusted else OperationProfileSession(**values)
                 session.__dict__["meta"] = FROZEN_EMPTY  # a new record: no copy needed
                 self._sessions[k] = session
                 self._artifacts[k] = {}
@@ -333,11 +338,6 @@ class InMemoryRunStore:
 
     async def append_events(self, run_id: str, events: Sequence[RunEvent]) -> None:
         """Append events to the run's log; an event whose ``seq`` is stored is kept once."""
-        self.append_events_now(run_id, events)
-
-    def append_events_now(self, run_id: str, events: Sequence[RunEvent]) -> None:
-        """:meth:`append_events` without awaiting: with no event sink, the runner appends
-        each event of a run as it is emitted, with no task to deliver them."""
         if not events:
             return
         with self._lock:
@@ -348,9 +348,22 @@ class InMemoryRunStore:
                 log.extend(events)  # the usual case: the next events (a batch is in seq order)
             else:  # a retried batch
                 for event in events:
-                    at = bisect_right(log, event.seq, key=_seq)
-                    if not (at and log[at - 1].seq == event.seq):
-                        log.insert(at, event)
+                    _insert_missing(log, event)
+            changed = self._followers.pop(run_id, None) if self._followers else None
+        if changed is not None:
+            _wake_all(changed)
+
+    def append_event_now(self, run_id: str, event: RunEvent) -> None:
+        """:meth:`append_events` of one event, without awaiting: with no event sink, the
+        runner appends each event of a run as it is emitted, with no task to deliver them."""
+        with self._lock:
+            log = self._events.get(run_id)
+            if log is None:
+                log = self._events[run_id] = []
+            if not log or event.seq > log[-1].seq:
+                log.append(event)  # the usual case: the next event
+            else:
+                _insert_missing(log, event)
             changed = self._followers.pop(run_id, None) if self._followers else None
         if changed is not None:
             _wake_all(changed)
@@ -495,6 +508,13 @@ class InMemoryRunStore:
             changed = self._followers.pop(run_id, None)
         if changed is not None:
             _wake_all(changed)
+
+
+def _insert_missing(log: list[RunEvent], event: RunEvent) -> None:
+    """Insert ``event`` in ``log`` (in ``seq`` order) unless an event of its ``seq`` is there."""
+    at = bisect_right(log, event.seq, key=_seq)
+    if not (at and log[at - 1].seq == event.seq):
+        log.insert(at, event)
 
 
 def _wake_all(wakeups: list[Wakeup]) -> None:
