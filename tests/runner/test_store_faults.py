@@ -140,3 +140,79 @@ async def test_a_store_failing_at_any_call_leaves_a_true_record_and_an_answerabl
         assert result.status == RunStatus.DONE, failed_call
         roles = [m.role for m in await stores.chats.history("c", "main")]
         assert roles == [ChatRole.USER, ChatRole.ASSISTANT], failed_call
+
+
+class FailAt(FailOnce):
+    """The stores of ``inner``, whose store calls numbered in ``failing`` raise
+    ``store_busy``."""
+
+    def __init__(self, inner: InMemoryStores, failing: set[int]) -> None:
+        self.failing = failing
+        super().__init__(inner, 0)
+
+    def _wrap(self, store: Any, name: str) -> Any:
+        outer = self
+
+        class Failing:
+            def __getattr__(self, attr: str) -> Any:
+                method = getattr(store, attr)
+                if not inspect.iscoroutinefunction(method):
+                    return method
+
+                async def call(*args: Any, **kwargs: Any) -> Any:
+                    outer.calls.append(f"{name}.{attr}")
+                    if len(outer.calls) in outer.failing:
+                        raise StoreError("database is locked", code="store_busy")
+                    return await method(*args, **kwargs)
+
+                return call
+
+        return Failing()
+
+
+async def final_save_failing(times: int) -> tuple[InMemoryStores, FailAt, Runner]:
+    """A turn whose final ``save_run`` fails ``times`` times in a row."""
+    _, clean, _, _ = await turn(0)
+    last = max(i for i, call in enumerate(clean.calls, 1) if call == "runs.save_run")
+    stores = InMemoryStores()
+    await use_profile(stores, *(op(f"w{i}", order=i) for i in range(OPS)))
+    faulty = FailAt(stores, set(range(last, last + times)))
+    runner = make_runner(
+        stores=stores,
+        catalog=writers(),
+        chats=faulty.chats,
+        sessions=faulty.sessions,
+        runs=faulty.runs,
+        archive=faulty.archive,
+    )
+    return stores, faulty, runner
+
+
+async def test_a_failed_final_save_is_tried_again_and_keeps_the_run_done() -> None:
+    stores, faulty, runner = await final_save_failing(1)
+    result = await runner.run(generate(user_message_id="m1"))
+    assert result.status == RunStatus.DONE
+    assert faulty.calls[-2:] == ["runs.save_run", "runs.save_run"]
+    (run_id,) = stores.runs.run_ids()
+    run, _ = await stores.runs.get_run(run_id)
+    assert run.status == RunStatus.DONE
+    events = await stores.runs.events(run_id)
+    assert [e.type for e in events].count("run.finished") == 1
+
+
+async def test_a_run_whose_final_record_cannot_be_stored_is_not_recorded_failed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    stores, faulty, runner = await final_save_failing(2)
+    with pytest.raises(StoreError) as raised:
+        await runner.run(generate(user_message_id="m1"))
+    assert raised.value.code == "store_busy"
+    assert faulty.calls.count("runs.save_run") == 2  # tried twice, never recorded failed
+    # The answer is in the chat; the stored record is the last one that was taken (the
+    # run still holds its turn through its lease), never a failed run that was answered.
+    (run_id,) = stores.runs.run_ids()
+    run, _ = await stores.runs.get_run(run_id)
+    assert run.status == RunStatus.RUNNING
+    roles = [m.role for m in await stores.chats.history("c", "main")]
+    assert roles == [ChatRole.USER, ChatRole.ASSISTANT]
+    assert "could not be stored; left to its lease" in caplog.text

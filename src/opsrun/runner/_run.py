@@ -56,6 +56,9 @@ _INSTANT: TypeAdapter[datetime] = TypeAdapter(datetime)
 FINISH_SECONDS = 5.0
 """How long a run cancelled from outside may take to record itself as aborted."""
 
+_SAVE_RETRY_SECONDS = 0.05
+"""The pause before a run's final record is stored again after the store failed."""
+
 _log = run_logger("opsrun.runner")
 
 _RESULT = Builder(RunResult).shape(("run", "operation_runs"))
@@ -381,6 +384,15 @@ class RunDriver:
         ``aborted`` (reason ``turn_not_started``, the error in its details) and so gives
         up its turn key, and a retry of the same request starts the turn afresh.
         """
+        if self.run.phase == RunPhase.FINISHED:
+            # The run had ended (``_finish``) and only storing its record failed, twice:
+            # recording it failed now would contradict what the chat holds.
+            _log.exception(
+                "run %s ended %s but its record could not be stored; left to its lease",
+                self.run.run_id,
+                self.run.status,
+            )
+            return
         code = error.code if isinstance(error, OpsrunError) else "internal_error"
         message = self._ctx.redactor.redact(f"{type(error).__name__}: {error}")
         details = FailedDetails(error_code=code, error_message=bound_text(message))
@@ -420,7 +432,18 @@ class RunDriver:
         )
         records = self._records()
         with anyio.CancelScope(shield=True):
-            await self._runs.save_run(self.run, records)
+            try:
+                await self._runs.save_run(self.run, records)
+            except Exception as exc:
+                # Everything the run did is stored but this record: a store that
+                # failed for a moment (busy, a dropped connection) gets a second try.
+                _log.warning(
+                    "run %s: storing its final record failed (%r); trying once more",
+                    self.run.run_id,
+                    exc,
+                )
+                await anyio.sleep(_SAVE_RETRY_SECONDS)
+                await self._runs.save_run(self.run, records)
         self._emitter.phase_changed(RunPhase.FINISHED)
         self._emitter.run_finished(status, failed_type, details)
         self._result = _RESULT.build({"run": self.run, "operation_runs": tuple(records)})
