@@ -7,7 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
+
+from _support import generate, make_runner, use_profile
+from opsrun.model import RunStatus
+from opsrun.stores import InMemoryStores
+from opsrun.testing import FunctionMainLlm
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -115,3 +121,50 @@ def test_report_event_log_example_runs() -> None:
 def test_engine_artifact_example_runs() -> None:
     out = run_doc_block("engine.md", "class Mood(Operation)")
     assert out.splitlines() == ["done 1", "done 2"]
+
+
+class _Gone(Exception):
+    """What a web framework's ``write`` raises once the client went away."""
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("doc", "marker"),
+    [
+        ("README.md", "runner.stream(request) as events"),
+        ("docs/report.md", "runner.stream(request) as events"),
+    ],
+)
+async def test_the_streaming_example_survives_a_client_that_goes_away(
+    doc: str, marker: str
+) -> None:
+    (block,) = [b for b in python_blocks(ROOT / doc) if marker in b]
+    body = block.replace("result = events.result\n", "")
+    stores = InMemoryStores()
+    await use_profile(stores)
+    never = anyio.Event()
+
+    async def reply(request: object) -> str:
+        await never.wait()  # the client leaves while the main LLM works
+        return "never sent"
+
+    runner = make_runner(stores=stores, main_llm=FunctionMainLlm(reply))
+    written: list[str] = []
+
+    class Response:
+        async def write(self, chunk: str) -> None:
+            written.append(chunk)
+            if len(written) == 2:
+                raise _Gone
+
+    code = "async def handler(runner, request, response):\n" + "".join(
+        f"    {line}\n" for line in body.splitlines()
+    )
+    namespace: dict[str, object] = {}
+    exec(compile(code, doc, "exec"), namespace)
+    with pytest.raises(_Gone):
+        await namespace["handler"](runner, generate(), Response())  # type: ignore[operator]
+    (run_id,) = stores.runs.run_ids()
+    run, _ = await stores.runs.get_run(run_id)
+    assert run.status == RunStatus.ABORTED
+    assert run.abort_reason == "cancelled"

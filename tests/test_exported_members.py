@@ -51,7 +51,7 @@ EXPECTED: dict[str, str] = {
         RunResult RunStarted RunStatus Samplers SkippedReason SnapshotMessage
         SystemUpdate SystemUpdateTarget Tag TemplateParams Trigger TrimmedRange
         TurnEffect TurnEffectAdapter UiPresentation Usage UserVariant VersionSelector
-        WindowRetention WriteArtifactSpec check_tag profile_json_schema
+        WindowRetention WriteArtifactSpec check_tag profile_json_schema turn_order
     """,
     "opsrun.operations": """
         AbortSignal FunctionOperation KindFactory Operation OperationCatalog

@@ -11,10 +11,18 @@ from opsrun.stores.sqlite import SqliteStores
 from opsrun.testing import StoreContract
 
 
+@pytest.fixture(scope="module")
+def shared_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("shared") / "chat.db"
+
+
 class TestSqliteStores(StoreContract):
+    """On one file that every test shares, each test running twice (asyncio and trio):
+    the contract may run against a database that already holds its own earlier records."""
+
     @pytest.fixture
-    def stores(self, tmp_path: Path) -> Iterator[SqliteStores]:
-        with SqliteStores(tmp_path / "chat.db") as stores:
+    def stores(self, shared_file: Path) -> Iterator[SqliteStores]:
+        with SqliteStores(shared_file) as stores:
             yield stores
 
 

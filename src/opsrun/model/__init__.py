@@ -36,6 +36,7 @@ from ._chat import ChatMessage as ChatMessage
 from ._chat import MessageVariant as MessageVariant
 from ._chat import PromptMessage as PromptMessage
 from ._chat import PromptSource as PromptSource
+from ._chat import turn_order as turn_order
 from ._effects import AppendAfterLastUser as AppendAfterLastUser
 from ._effects import AssistantBlocks as AssistantBlocks
 from ._effects import AssistantMeta as AssistantMeta
@@ -225,4 +226,5 @@ __all__ = [
     "WriteArtifactSpec",
     "check_tag",
     "profile_json_schema",
+    "turn_order",
 ]

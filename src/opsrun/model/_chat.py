@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from pydantic import Field, field_validator, model_validator
@@ -74,6 +75,33 @@ class ChatMessage(Model):
     def prompt_text(self) -> str:
         """The selected variant's text."""
         return self.selected.content
+
+
+def turn_order(history: Sequence[ChatMessage]) -> list[ChatMessage]:
+    """``history`` with each answer placed right after the user message of its turn.
+
+    A chat store returns a branch's messages in the order they were stored. A turn
+    answered late, regenerated after it failed or taken over after its process died,
+    has its answer stored after later turns; this puts every assistant message whose
+    ``turn_id`` names a user message of ``history`` right after that message (answers of
+    one turn in stored order) and leaves every other message where it was, unanswered
+    user messages included. It is the order the runner builds prompts in, apart from
+    unanswered turns, which prompts leave out.
+    """
+    questions = {m.message_id for m in history if m.role is ChatRole.USER}
+    answers: dict[str, list[ChatMessage]] = {}
+    for message in history:
+        if message.role is ChatRole.ASSISTANT and message.turn_id in questions:
+            answers.setdefault(message.turn_id, []).append(message)
+    if not answers:
+        return list(history)
+    ordered: list[ChatMessage] = []
+    for message in history:
+        if message.role is ChatRole.ASSISTANT and message.turn_id in questions:
+            continue  # placed after its user message
+        ordered.append(message)
+        ordered.extend(answers.get(message.message_id, ()))
+    return ordered
 
 
 class PromptSource(Model):

@@ -110,7 +110,9 @@ class PayloadContract(ContractBase):
         await stores.profiles.save_profile(profile)
         assert await stores.profiles.get_profile(profile.profile_id) == profile
 
-        run = make_run(new_id("run") + SAMPLES[1], chat_id=chat_id, key=text, abort_reason=text)
+        run = make_run(
+            new_id("run") + SAMPLES[1], chat_id=chat_id, key=new_id("key") + text, abort_reason=text
+        )
         await stores.runs.claim(run)
         assert await stores.runs.get_run(run.run_id) == (run, [])
         assert (await stores.runs.list_runs(chat_id)).items == (run,)
