@@ -480,8 +480,7 @@ async def test_leaving_a_stream_early_aborts_the_run() -> None:
     stored = await runner.result(run_id)
     assert (stored.run.status, stored.run.abort_reason) == (RunStatus.ABORTED, "cancelled")
     _check_events(await stores.runs.events(run_id))
-    with pytest.raises(RuntimeError):
-        _ = events.result
+    assert events.result == stored  # the aborted run, as recorded
     retry = await runner.run(generate(user_message_id="u1"))
     assert retry.status == RunStatus.DONE
 
@@ -690,3 +689,32 @@ async def test_a_user_message_with_half_an_emoji_is_answered() -> None:
     assert llm.last_request.messages[-1].content == "half \ufffd"
     (user, _) = await stores.chats.history("c", "main")
     assert user.selected.content == "half \ufffd"
+
+
+@pytest.mark.anyio
+async def test_a_streams_result_before_the_run_finished_is_a_run_error() -> None:
+    stores = InMemoryStores()
+    await use_profile(stores)
+    runner = make_runner(stores=stores)
+    async with runner.stream(generate()) as events:
+        with pytest.raises(RunError) as error:
+            _ = events.result
+        assert error.value.code == "run_not_finished"
+        seen = [event async for event in events]
+    assert seen[-1].type == "run.finished"
+    assert events.result.status == RunStatus.DONE
+
+
+@pytest.mark.anyio
+async def test_a_resent_generate_carrying_the_id_made_for_it_is_the_same_turn() -> None:
+    stores = InMemoryStores()
+    await use_profile(stores)
+    llm = ScriptedMainLlm(default="one answer")
+    runner = make_runner(stores=stores, main_llm=llm)
+    first = await runner.run(generate())  # no user_message_id: the runner makes one
+    again = await runner.run(generate(user_message_id=first.run.user_message_id))
+    assert again.deduplicated
+    assert again.run.run_id == first.run.run_id
+    assert len(llm.requests) == 1
+    roles = [m.role for m in await stores.chats.history("c", "main")]
+    assert roles == [ChatRole.USER, ChatRole.ASSISTANT]

@@ -109,10 +109,15 @@ class RunRequest(Model):
         if self.client_request_id is not None:
             return f"{self.chat_id}:req:{self.client_request_id}"
         if self.trigger == Trigger.GENERATE and self.user_message_id is not None:
-            return f"{self.chat_id}:gen:{self.user_message_id}"
+            return generate_key(self.chat_id, self.user_message_id)
         if self.trigger == Trigger.REGENERATE and self.assistant_variant_id is not None:
             return f"{self.chat_id}:regen:{self.assistant_variant_id}"
         return ""
+
+
+def generate_key(chat_id: str, user_message_id: str) -> str:
+    """The idempotency key of a generate that stores user message ``user_message_id``."""
+    return f"{chat_id}:gen:{user_message_id}"
 
 
 class FailedDetails(Model):

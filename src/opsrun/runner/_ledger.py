@@ -155,6 +155,16 @@ class OperationLedger:
         """Track ``e``; one that already ended (disabled, other trigger) is announced."""
         self._execs.append(e)
 
+    def committed(self, hook: Hook) -> None:
+        """Let go of what the operations of ``hook`` staged and waited on: their hook is
+        committed, and their records need none of it. The run goes on (the main LLM
+        call, the next hook) without holding their results."""
+        for e in self._execs:
+            if e.hook == hook:
+                e.result = None
+                e.finished = None
+                e.writers = None
+
     def of_hook(self, hook: Hook) -> list[OpExec]:
         """The operations of ``hook``, in profile order."""
         return [e for e in self._execs if e.hook == hook]

@@ -342,6 +342,7 @@ class RunDriver:
         done = [e for e in self._ledger.of_hook(hook) if e.status == OperationStatus.DONE]
         if done:
             await self._staging.commit(done, self._ledger, self._turn)
+        self._ledger.committed(hook)
 
     async def _main_llm_phase(self) -> bool:
         """Call the main LLM and store its reply; False when the run ended instead."""

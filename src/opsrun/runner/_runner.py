@@ -34,6 +34,7 @@ from ..model import (
     Trigger,
 )
 from ..model._build import Builder
+from ..model._run import generate_key
 from ..operations import AbortSignal, OperationCatalog, RunMeta
 from ..ports import (
     ArtifactArchive,
@@ -288,23 +289,32 @@ class Runner:
 
         The runner's own ``events`` sink still receives every event. Leaving the block
         before the run finished (a client that went away) aborts the run: it is recorded
-        ``aborted`` with reason ``cancelled``.
+        ``aborted`` with reason ``cancelled``, and ``events.result`` then holds that
+        record.
 
         Raises:
             RunError, ProfileInvalid, StoreError: as :meth:`run`, while iterating.
         """
         send, receive = anyio.create_memory_object_stream[RunEvent](BUFFER)
         events = RunEvents(receive)
-        with unwrapped():
-            async with anyio.create_task_group() as tg:
-                run = partial(self._run, request, abort)
-                tg.start_soon(events.collect, send, run, self.events)
-                try:
-                    async with receive:
-                        yield events
-                finally:
-                    if not events.finished:
-                        tg.cancel_scope.cancel()
+        left_early = False
+        try:
+            with unwrapped():
+                async with anyio.create_task_group() as tg:
+                    run = partial(self._run, request, abort)
+                    tg.start_soon(events.collect, send, run, self.events)
+                    try:
+                        async with receive:
+                            yield events
+                    finally:
+                        if not events.finished:
+                            left_early = True
+                            tg.cancel_scope.cancel()
+        finally:
+            if left_early:  # the run is recorded aborted: its result is in the store
+                with anyio.CancelScope(shield=True) as scope:
+                    scope.deadline = anyio.current_time() + FINISH_SECONDS
+                    await events.settle(self.result)
 
     async def follow(self, run_id: str, *, after_seq: int = 0) -> AsyncGenerator[RunEvent, None]:
         """Yield a run's stored events after ``after_seq``, then each one its runner
@@ -366,7 +376,7 @@ class Runner:
                 "operation_profile_session_id": (
                     profile.operation_profile_session_id if profile else None
                 ),
-                "dedupe_key": request.dedupe_key,
+                "dedupe_key": _turn_key(request, user_message_id),
                 "initiator": request.initiator,
                 "started_at": started_at,
                 "lease_expires_at": started_at + timedelta(seconds=self.lease_seconds),
@@ -673,6 +683,15 @@ def _host_answered(history: list[ChatMessage], index: int, questions: set[str]) 
         return False
     after = history[index + 1]
     return after.role is ChatRole.ASSISTANT and after.turn_id not in questions
+
+
+def _turn_key(request: RunRequest, user_message_id: str) -> str:
+    """The run's idempotency key: the request's, or for a generate that carries none, its
+    user message's id made here, so that a re-send carrying that id is the same turn."""
+    key = request.dedupe_key
+    if not key and request.trigger is Trigger.GENERATE:
+        key = generate_key(request.chat_id, user_message_id)
+    return key
 
 
 def _deadline(request: RunRequest) -> float | None:

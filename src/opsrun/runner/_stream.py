@@ -8,10 +8,14 @@ from contextlib import suppress
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from .._logs import run_logger
+from ..errors import OpsrunError, RunError
 from ..model import RunEvent, RunResult
 from ..ports import EventSink
 
 __all__ = ["BUFFER", "RunEvents", "Tee"]
+
+_log = run_logger("opsrun.runner")
 
 BUFFER = 256
 """Events buffered for a slow reader before the run's event delivery waits for it."""
@@ -29,6 +33,7 @@ class RunEvents:
         self._receive = receive
         self._result: RunResult | None = None
         self._error: BaseException | None = None
+        self._tee: Tee | None = None
 
     def __aiter__(self) -> RunEvents:
         return self
@@ -51,21 +56,40 @@ class RunEvents:
 
         An error of the run is kept too: the reader gets it at the end of the events.
         """
+        tee = self._tee = Tee(send, sink)
         async with send:
             try:
-                self._result = await run(Tee(send, sink))
+                self._result = await run(tee)
             except Exception as exc:  # handed to the reader as it iterates
                 self._error = exc
 
+    async def settle(self, load: Callable[[str], Awaitable[RunResult]]) -> None:
+        """After the reader left early and the run was aborted: keep its stored result
+        (``load(run_id)``), if the run had started. A store that fails here leaves
+        :attr:`result` unset (the run is recorded all the same)."""
+        run_id = self._tee.run_id if self._tee is not None else None
+        if self.finished or run_id is None:
+            return
+        try:
+            self._result = await load(run_id)
+        except OpsrunError:
+            _log.warning("run %s: its result could not be read after the reader left", run_id)
+
     @property
     def result(self) -> RunResult:
-        """The run's result, once every event was read.
+        """The run's result, once every event was read or the ``async with`` block was
+        left (a run left early is recorded ``aborted``, reason ``cancelled``).
 
         Raises:
-            RuntimeError: the run is not finished yet.
+            RunError: the run is not finished yet, or it failed before it started (code
+                ``run_not_finished``).
         """
         if self._result is None:
-            raise RuntimeError("the run is not finished: read its events to the end first")
+            raise RunError(
+                "the run is not finished: read its events to the end, or leave the"
+                " `async with runner.stream(...)` block first",
+                code="run_not_finished",
+            )
         return self._result
 
     @property
@@ -80,9 +104,12 @@ class Tee:
     def __init__(self, send: MemoryObjectSendStream[RunEvent], sink: EventSink | None) -> None:
         self._send = send
         self._sink = sink
+        self.run_id: str | None = None
+        """The run's id, from its first event."""
 
     async def emit(self, event: RunEvent) -> None:
         """Deliver ``event`` to the reader (unless it left) and the runner's sink."""
+        self.run_id = event.run_id
         # A reader that left has its run aborted; its events still reach the store.
         with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
             await self._send.send(event)
