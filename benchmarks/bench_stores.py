@@ -21,7 +21,10 @@ percentile of the wall time of one turn (over every turn of every round), and th
 time of this process per turn (``time.process_time``: the event loop and every worker
 thread, but not the PostgreSQL server's processes). Targets:
 opsrun on SQLite >= 1,000 turns/s sequential (on the 2-core machine these figures were
-first taken on), and opsrun on PostgreSQL >= LangGraph on PostgreSQL (turns/s).
+first taken on), and opsrun on PostgreSQL >= LangGraph on PostgreSQL (turns/s). A last
+line prints the SQLite target's floor with the stores' threads: the in-memory turn (p50)
+plus two empty write jobs on the writer's thread (the claim and the final save, which a
+turn cannot do without), measured in the same run.
 
 The peers, with the ``peers`` extra (otherwise opsrun is measured alone, and one line
 says so): LangGraph's ``AsyncSqliteSaver`` (its own file) and ``AsyncPostgresSaver`` (a
@@ -555,6 +558,25 @@ def report(sides: Sequence[Side], results: dict[str, list[Figures]]) -> None:
                 print(_ratio(f"{title} (turns/s, per round)", per_side[a], per_side[b], target))
 
 
+def _sqlite_floor(
+    sides: Sequence[Side], sequential: Sequence[Figures], write_hops: Sequence[float]
+) -> str:
+    """The fastest a sequential SQLite turn could be with the stores' threads: a turn of
+    the engine on the in-memory stores, plus two round trips to the writer's thread (the
+    claim, whose answer the run needs before any operation starts, and the final save,
+    done before ``run()`` returns), each as cheap as an empty write job."""
+    memory = next(i for i, s in enumerate(sides) if s.name == "opsrun, in memory")
+    turn = _percentile(sequential[memory].latencies, 0.5)
+    hop = statistics.median(write_hops)
+    floor = turn + 2 * hop
+    return (
+        f"the SQLite target's floor on this machine: an in-memory turn ({turn * 1e3:.2f} ms, "
+        f"p50) + 2 empty write jobs on the writer's thread (2 x {hop * 1e6:.0f} µs, median "
+        f"of {len(write_hops)} rounds) = {floor * 1e3:.2f} ms, at best {1 / floor:,.0f} "
+        "turns/s before any SQL runs"
+    )
+
+
 def _machine() -> str:
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     return f"{os.cpu_count()} CPUs, load average {load}"
@@ -576,6 +598,8 @@ async def compare() -> None:
                 results = await measure(sides)
                 gc.unfreeze()
                 report(sides, results)
+                hops = await _empty_hops(Path(tmp) / "hops.db", 50 if QUICK else 200)
+                print(_sqlite_floor(sides, results["sequential"], hops["write"]))
                 print(f"machine after: {_machine()}")
         finally:
             if postgres is not None:
