@@ -16,6 +16,7 @@ from opsrun.model import (
     RunRequest,
     RunResult,
     RunStatus,
+    Trigger,
 )
 from opsrun.operations import AbortSignal, OperationCatalog, OperationContext
 from opsrun.ports import MainLlmDone, MainLlmRequest, ProviderCapabilities
@@ -367,6 +368,50 @@ async def test_retrying_a_turn_aborted_after_its_answer_keeps_one_answer() -> No
     assert answer.selected_variant_id == retry.run.main_llm.assistant_variant_id
     roles = [m.role for m in llm.requests[-1].messages]
     assert roles == ["user", "assistant", "user"]
+
+
+async def test_retrying_an_aborted_regenerate_keeps_its_variant_id_unique() -> None:
+    """A regenerate naming its variant stored its answer, then was aborted in the after
+    hook; its retry replaces that variant, so the message holds each id once."""
+    stores = InMemoryStores()
+    catalog = OperationCatalog()
+    cut = anyio.Event()
+
+    @catalog.function("post", name="Post")
+    async def _post(ctx: OperationContext) -> OperationResult:
+        if ctx.run.trigger == Trigger.REGENERATE and not cut.is_set():
+            cut.set()
+            await anyio.sleep_forever()
+        return OperationResult.done()
+
+    llm = ScriptedMainLlm(["first answer", "cut answer", "retried answer"])
+    runner = make_runner(stores=stores, catalog=catalog, main_llm=llm)
+    await use_profile(stores, op("post", A))
+    await runner.run(generate("q1", user_message_id="u1"))
+    regen = RunRequest(
+        trigger="regenerate",
+        chat_id="c",
+        profile_id="p",
+        user_message_id="u1",
+        assistant_variant_id="v-host",
+    )
+    signal = AbortSignal()
+    results: list[RunResult] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: _collect(lambda: runner.run(regen, abort=signal), results))
+        await cut.wait()
+        signal.abort()
+    assert results[0].status == RunStatus.ABORTED
+
+    retry = await runner.run(regen)
+    assert retry.status == RunStatus.DONE
+    answer = (await stores.chats.history("c", "main"))[1]
+    ids = [v.variant_id for v in answer.variants]
+    assert ids.count("v-host") == 1
+    assert len(ids) == 2
+    assert answer.selected_variant_id == "v-host"
+    assert answer.selected.content == "retried answer"
+    assert answer.selected.run_id == retry.run.run_id
 
 
 async def _collect(run: Callable[[], Awaitable[RunResult]], into: list[RunResult]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import anyio
 import pytest
 
 from _support import A, B, generate, make_runner, op
@@ -205,6 +206,42 @@ async def test_broken_sink_does_not_break_the_run() -> None:
     assert result.status == RunStatus.DONE
     assert sink.events == await stores.runs.events(result.run.run_id)
     assert sink.events[-1].type == "run.finished"
+
+
+class SlowSink:
+    """A sink whose delivery takes a while (a websocket write); the caller's scope is
+    cancelled while it delivers ``cut_on``."""
+
+    def __init__(self, cut_on: str) -> None:
+        self.events: list[RunEvent] = []
+        self.cut_on = cut_on
+        self.scope: anyio.CancelScope | None = None
+
+    async def emit(self, event: RunEvent) -> None:
+        if event.type == self.cut_on and self.scope is not None:
+            self.scope.cancel()
+            self.scope = None
+        await anyio.sleep(0.001)
+        self.events.append(event)
+
+
+@pytest.mark.parametrize("cut_on", ["run.started", "main_llm.started", "run.finished"])
+async def test_a_delivery_cut_short_by_the_caller_is_made_again(cut_on: str) -> None:
+    stores = InMemoryStores()
+    await profile(stores)
+    sink = SlowSink(cut_on)
+    llm = ScriptedMainLlm(default="hello", delay=0.001)
+    runner = make_runner(stores=stores, catalog=build(), main_llm=llm, events=sink)
+    with anyio.CancelScope() as scope:
+        sink.scope = scope
+        await runner.run(generate())
+    assert scope.cancelled_caught
+    (run,) = (await stores.runs.list_runs("c")).items
+    stored = await stores.runs.events(run.run_id)
+    assert stored[-1].type == "run.finished"
+    log = EventLog()
+    log.extend(sink.events)
+    assert log.events(run.run_id) == stored  # every event reached the sink
 
 
 async def test_seq_restarts_per_run() -> None:

@@ -284,8 +284,10 @@ class EventEmitter:
         next one).
 
         An event counts as sent once the sink returned, so a delivery cut short by
-        cancellation resumes where it stopped. A sink that raises (a stray cancellation
-        included) loses that event, not the run.
+        cancellation is made again (the shielded flush of an aborted run), and the sink
+        may see that event twice. A sink that raises (a stray cancellation included)
+        loses that event, not the run. Calls are never concurrent: the run's helper
+        task sends while the run goes on, the flush once it has ended.
         """
         sink = self._sink
         if sink is None:
@@ -293,14 +295,15 @@ class EventEmitter:
         queue = self._queue
         while self._sent < len(queue):
             item = queue[self._sent]
-            self._sent += 1
             try:
                 await sink.emit(item)
             except Exception:  # a broken sink must not break the run
                 _log.exception("event sink failed on %s", item.type)
             except anyio.get_cancelled_exc_class():
-                await anyio.lowlevel.checkpoint_if_cancelled()  # a real one goes on here
+                # A real cancellation goes on here, with the event still unsent.
+                await anyio.lowlevel.checkpoint_if_cancelled()
                 _log.error("event sink raised a cancellation of its own on %s", item.type)
+            self._sent += 1
             if one:
                 break
         self._drop_delivered()

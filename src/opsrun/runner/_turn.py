@@ -227,7 +227,16 @@ class Turn:
 
 
 def _with_variant(message: ChatMessage, variant: MessageVariant, select: bool) -> ChatMessage:
-    update: dict[str, object] = {"variants": (*message.variants, variant)}
+    """``message`` with ``variant`` added; one with the same id (the answer of an
+    aborted run that the retry of its turn replaces, the id being the host's
+    ``assistant_variant_id``) is replaced in its place."""
+    variant_id = variant.variant_id
+    variants = message.variants
+    if any(v.variant_id == variant_id for v in variants):
+        variants = tuple(variant if v.variant_id == variant_id else v for v in variants)
+    else:
+        variants = (*variants, variant)
+    update: dict[str, object] = {"variants": variants}
     if select:
         update["selected_variant_id"] = variant.variant_id
     return message.model_copy(update=update)
