@@ -426,7 +426,8 @@ class MainLlmRequest:
     trigger: Trigger
     """generate or regenerate."""
     meta: Mapping[str, Any] = field(default_factory=dict)
-    """The host data of the turn (``RunRequest.host``)."""
+    """The host data of the turn (``RunRequest.host``), read-only all the way down (its
+    dicts and lists raise ``TypeError`` when changed)."""
     params: Mapping[str, Any] = field(default_factory=dict)
     """Generation settings from ``RunRequest.main_llm_params`` (provider, model, …)."""
 

@@ -452,6 +452,40 @@ async def test_host_data_reaches_operations_templates_and_the_main_llm() -> None
 
 
 @pytest.mark.anyio
+async def test_host_data_is_read_only_all_the_way_down() -> None:
+    refused: list[str] = []
+    catalog = OperationCatalog()
+
+    @catalog.function("meddler", name="Meddler")
+    async def meddler(ctx: OperationContext) -> OperationResult:
+        persona = ctx.host["persona"]
+        assert isinstance(persona, dict)
+        tags = ctx.host["tags"]
+        assert isinstance(tags, list)
+        for change in (
+            lambda: persona.update(name="Eve"),
+            lambda: persona.__setitem__("name", "Eve"),
+            lambda: tags.append("evil"),
+        ):
+            try:
+                change()
+            except TypeError:
+                refused.append("refused")
+        return OperationResult.done()
+
+    stores = InMemoryStores()
+    await use_profile(stores, op("meddler", B))
+    main_llm = ScriptedMainLlm()
+    host = {"persona": {"name": "Ada"}, "tags": ["calm"]}
+    request = generate(host=host)
+    result = await make_runner(stores=stores, catalog=catalog, main_llm=main_llm).run(request)
+    assert result.status == RunStatus.DONE
+    assert refused == ["refused"] * 3
+    assert request.host == host == {"persona": {"name": "Ada"}, "tags": ["calm"]}
+    assert main_llm.requests[0].meta == host
+
+
+@pytest.mark.anyio
 async def test_a_run_streams_its_own_events_then_its_result() -> None:
     stores = InMemoryStores()
     await use_profile(stores, op("op0", B))

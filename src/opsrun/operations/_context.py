@@ -181,7 +181,8 @@ class OperationContext(Generic[P]):
     redactor: Redactor = DEFAULT_REDACTOR
     """The run's redactor: mask secrets with it in anything the operation returns."""
     host: Mapping[str, JsonValue] = field(default_factory=dict)
-    """The host data of the turn (``RunRequest.host``); read-only."""
+    """The host data of the turn (``RunRequest.host``); read-only all the way down (its
+    dicts and lists raise ``TypeError`` when changed)."""
 
     @property
     def operation_id(self) -> str:

@@ -4,7 +4,7 @@ the main LLM call retries."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -97,6 +97,10 @@ class RunContext:
     """``anyio.current_time()`` value of the run's deadline (``deadline_ms``), if any."""
     tracing: Tracing | None = None
     """The runner's spans (``Runner(telemetry=...)``); None: no spans at all."""
+    host: Mapping[str, Any] = field(default_factory=dict)
+    """``request.host`` made read-only all the way down (a copy when it holds a dict or
+    list): what operations, templates and the main LLM read, none of which can change
+    the request or another reader's view."""
 
     @property
     def run_id(self) -> str:

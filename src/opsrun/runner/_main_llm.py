@@ -316,7 +316,7 @@ def _prepare(ctx: RunContext, prompt: EffectivePrompt) -> tuple[MainLlmCall, Mai
         chat_id=meta.chat_id,
         user_message_id=meta.user_message_id,
         trigger=meta.trigger,
-        meta=ctx.request.host,
+        meta=ctx.host,
         params=params,
     )
     return call, request

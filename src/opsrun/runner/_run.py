@@ -321,7 +321,7 @@ class RunDriver:
 
     def _view(self, hook: Hook) -> HookView:
         """What the operations of ``hook`` read."""
-        host = MappingProxyType(self._ctx.request.host)
+        host = self._ctx.host
         history = self._turn.visible_history(hook)
         base = MappingProxyType(self._staging.committed())
         if hook == Hook.BEFORE_MAIN_LLM:

@@ -50,6 +50,7 @@ from ..ports import (
 )
 from ..prompt import HistoryWindow, SnapshotPolicy
 from ..report import RunReport, build_report
+from ..stores._frozen import freeze
 from ._context import MainLlmRetry, RunContext
 from ._events import EventEmitter
 from ._executor import Executor, InProcessExecutor
@@ -471,6 +472,7 @@ class Runner:
             main_llm_retry=self.main_llm_retry,
             deadline=_deadline(request),
             tracing=self._tracing,
+            host=freeze(request.host),
         )
 
     async def _load_profile(self, request: RunRequest) -> _Checked | None:
