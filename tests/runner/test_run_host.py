@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 
 import anyio
 import anyio.abc
@@ -462,11 +463,12 @@ async def test_host_data_is_read_only_all_the_way_down() -> None:
         assert isinstance(persona, dict)
         tags = ctx.host["tags"]
         assert isinstance(tags, list)
-        for change in (
-            lambda: persona.update(name="Eve"),
-            lambda: persona.__setitem__("name", "Eve"),
-            lambda: tags.append("evil"),
-        ):
+        changes: list[Callable[[], object]] = [
+            partial(persona.update, name="Eve"),
+            partial(persona.__setitem__, "name", "Eve"),
+            partial(tags.append, "evil"),
+        ]
+        for change in changes:
             try:
                 change()
             except TypeError:
