@@ -154,6 +154,26 @@ def test_error_points_at_line_and_column(engine: TemplateEngine) -> None:
     assert err.details["line"] == 2
 
 
+@pytest.mark.parametrize(
+    ("source", "near"),
+    [
+        ("Hello\n{% if x %}VIP", "{% if x %}"),
+        ("Hello\n{% for m in xs %}{% if m %}{% endif %}{{ m }}", "{% for m in xs %}"),
+        ("Hello\n{{ x | }}", "{{ x | }}"),
+    ],
+    ids=["unclosed-if", "unclosed-for", "empty-filter"],
+)
+def test_errors_liquid_places_nowhere_point_at_their_tag(
+    engine: TemplateEngine, source: str, near: str
+) -> None:
+    with pytest.raises(TemplateError) as info:
+        engine.parse(source)
+    details = info.value.details
+    assert (details["line"], details["column"], details["near"]) == (2, 1, near)
+    assert "line 2, column 1" in info.value.message
+    assert engine.problems(source) == [info.value.message]
+
+
 def test_syntax_error_is_template_error(engine: TemplateEngine) -> None:
     with pytest.raises(TemplateError) as info:
         engine.render("{% for x in %}{% endfor %}")

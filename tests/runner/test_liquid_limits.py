@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from liquid import DictLoader
+from liquid import DictLoader, Environment
+from liquid.exceptions import LiquidError, LiquidSyntaxError
 
 from opsrun.errors import TemplateError
 from opsrun.kinds.liquid import TemplateEngine, TemplateLimits
@@ -19,6 +20,13 @@ BIG = "{% assign big = 'xxxxxxxxxx' %}" + "{% assign big = big | append: big %}"
 
 # (id, source, the limit that must stop it)
 HOSTILE: list[tuple[str, str, str]] = [
+    # liquid's template lexer backtracks quadratically over whitespace before a closer.
+    ("space-before-close-output", "{{ x" + " " * 60_000 + "}}", "max_space_before_close"),
+    (
+        "space-before-close-tag",
+        "{% if x" + "\n" * 60_000 + "-%}{% endif %}",
+        "max_space_before_close",
+    ),
     ("huge-range-loop", "{% for i in (1..100000000) %}{% endfor %}", "loop_iteration_limit"),
     (
         "astronomic-range-loop",
@@ -436,3 +444,55 @@ def test_liquid_tag_lines_are_measured_one_by_one() -> None:
     engine = TemplateEngine(limits=TemplateLimits(max_expression_length=40))
     source = "{% liquid\n" + "echo 'short line'\n" * 20 + "%}"
     assert engine.render(source) == "short line" * 20
+
+
+# Tags and outputs never closed: liquid's lexer backtracks over each for minutes at 64 KB.
+UNCLOSED = [
+    ("long-tag-name", "{%" + "a" * 60_000, "%}", 1, 1),
+    ("spaces-in-output", "text\n{{" + " " * 60_000, "}}", 2, 1),
+    ("tags-in-a-comment", "{% comment %}" + "{%a " * 15_000, "%}", 1, 14),
+    ("after-a-closed-one", "{{ x }}{% if x %}" + "{%" + "b" * 60_000, "%}", 1, 18),
+]
+
+
+@pytest.mark.parametrize(
+    ("source", "closer", "line", "column"), [u[1:] for u in UNCLOSED], ids=[u[0] for u in UNCLOSED]
+)
+def test_unclosed_tags_and_outputs_fail_with_their_position(
+    source: str, closer: str, line: int, column: int
+) -> None:
+    start = time.process_time()
+    with pytest.raises(TemplateError) as info:
+        TemplateEngine().parse(source)
+    cpu_seconds = time.process_time() - start
+    assert f"expected {closer!r}, found end of file" in info.value.message
+    assert (info.value.details["line"], info.value.details["column"]) == (line, column)
+    assert cpu_seconds < 10.0  # safety bound only: the old lexer path took minutes
+
+
+@pytest.mark.parametrize(
+    ("source", "rendered"),
+    [
+        ("{% raw %}{{ {% endraw %}ok", "{{ ok"),
+        ("{{ '{%' }}", "{%"),
+        ("{% assign x = '{{' %}{{ x }}", "{{"),
+        ("{{ 'a'" + " " * liquid_engine.MAX_SPACE_BEFORE_CLOSE + "}}", "a"),
+        ("{%- if true" + " " * liquid_engine.MAX_SPACE_BEFORE_CLOSE + "-%} b {%- endif -%}", "b"),
+    ],
+    ids=["raw-block", "in-output-string", "in-tag-string", "space-at-limit", "space-then-dash"],
+)
+def test_delimiters_inside_strings_and_raw_blocks_do_not_count(source: str, rendered: str) -> None:
+    assert TemplateEngine().render(source) == rendered
+
+
+_PIECES = ["{%", "%}", "{{", "}}", "-", " ", "\n", "a", "'", '"', "|", "raw", "endraw", "if"]
+_PIECES += ["endif", "comment", "endcomment", "doc", "enddoc", "liquid", "#", "{", "}", "%"]
+
+
+@given(source=st.lists(st.sampled_from(_PIECES), max_size=40).map("".join))
+def test_the_delimiter_check_refuses_only_what_liquid_refuses(source: str) -> None:
+    try:
+        liquid_engine._check_delimiters(source)
+    except LiquidSyntaxError:
+        with pytest.raises(LiquidError):
+            Environment().from_string(source)

@@ -15,6 +15,7 @@ Every failure, whatever its origin, leaves :meth:`TemplateEngine.render` as a
 from __future__ import annotations
 
 import inspect
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -36,6 +37,7 @@ from liquid.exceptions import (
     ContextDepthError,
     FilterArgumentError,
     LiquidError,
+    LiquidSyntaxError,
     LiquidValueError,
     LocalNamespaceLimitError,
     LoopIterationLimitError,
@@ -50,7 +52,7 @@ from liquid.output import LimitedStringIO
 from liquid.parser import get_parser
 from liquid.span import Span
 from liquid.stream import TokenStream
-from liquid.token import TOKEN_EXPRESSION, TOKEN_TAG, Token
+from liquid.token import TOKEN_EOF, TOKEN_EXPRESSION, TOKEN_TAG, Token
 from liquid.undefined import UNDEFINED
 
 from ...errors import ConfigError, TemplateError, bound_text
@@ -575,6 +577,7 @@ class _SandboxEnvironment(Environment):
                 "max_source_length",
                 f"template source of {len(source)} characters exceeds {limits.max_source_length}",
             )
+        _check_delimiters(source)
         clock = _Clock(limits.timeout_seconds)
 
         def tokens() -> Iterator[Token]:
@@ -601,6 +604,62 @@ class _SandboxEnvironment(Environment):
                 yield token
 
         return get_parser(self).parse(TokenStream(tokens()))
+
+
+MAX_SPACE_BEFORE_CLOSE = 256
+"""Whitespace characters allowed right before a tag's or an output's closing delimiter."""
+_TOKEN_START = re.compile(r"\{[{%]")
+_VERBATIM_OPEN = re.compile(r"\{%-?\s*(raw|doc)\s*-?%\}")
+_VERBATIM_CLOSE = {
+    "raw": re.compile(r"\{%-?\s*endraw\s*-?%\}"),
+    "doc": re.compile(r"\{%-?\s*enddoc\s*-?%\}"),
+}
+
+
+def _check_delimiters(source: str) -> None:
+    """Refuse what liquid's template lexer would take quadratic time on, in one pass.
+
+    The lexer's patterns backtrack over a tag (``{%``) or output (``{{``) that is never
+    closed, and over a run of whitespace right before a closing delimiter: 64 KB of
+    either took minutes of CPU. Tags and outputs are found as the lexer finds them
+    (each starts where the text before it ends; ``raw`` and ``doc`` blocks are taken
+    whole), so what is inside a string, a tag or a verbatim block does not count.
+
+    Raises:
+        LiquidSyntaxError: a tag or output is never closed (with its position).
+        _RenderLimitError: more than :data:`MAX_SPACE_BEFORE_CLOSE` whitespace characters
+            before a closing delimiter (limit ``max_space_before_close``).
+    """
+    pos = 0
+    while (found := _TOKEN_START.search(source, pos)) is not None:
+        start = found.start()
+        closer = "}}" if source[start + 1] == "{" else "%}"
+        if closer == "%}" and (verbatim := _VERBATIM_OPEN.match(source, start)) is not None:
+            block_end = _VERBATIM_CLOSE[verbatim[1]].search(source, verbatim.end())
+            if block_end is not None:
+                pos = block_end.end()
+                continue
+        end = source.find(closer, start + 2)
+        if end < 0:
+            token = Token(
+                TOKEN_EOF, value=source[start : start + 80], start_index=start, source=source
+            )
+            raise LiquidSyntaxError(f"expected {closer!r}, found end of file", token=token)
+        inner = end - 1 if end > start + 2 and source[end - 1] == "-" else end
+        space = inner
+        while space > start + 2 and source[space - 1].isspace():
+            space -= 1
+        if inner - space > MAX_SPACE_BEFORE_CLOSE:
+            error = _RenderLimitError(
+                "max_space_before_close",
+                f"{inner - space} whitespace characters before {closer!r} exceed "
+                f"{MAX_SPACE_BEFORE_CLOSE}",
+            )
+            error.token = Token(
+                TOKEN_EOF, value=source[start : start + 80], start_index=start, source=source
+            )
+            raise error
+        pos = end + 2
 
 
 def _make_environment(
@@ -659,9 +718,10 @@ def _limit_of(exc: BaseException) -> tuple[str | None, BaseException]:
 
 
 def _to_template_error(
-    exc: BaseException, phase: str, limits: TemplateLimits | None = None
+    exc: BaseException, phase: str, limits: TemplateLimits | None = None, source: str = ""
 ) -> TemplateError:
-    """Turn any exception from liquid into a TemplateError naming where it happened."""
+    """Turn any exception from liquid into a TemplateError naming where it happened
+    (``source``: the template, for errors liquid gives no position)."""
     limit, cause = _limit_of(exc)
     liquid_error = next((e for e in _chain(exc) if isinstance(e, LiquidError)), None)
     text = _error_text(exc, limit, cause, liquid_error)
@@ -671,7 +731,7 @@ def _to_template_error(
         details.update(limit_details)
     if isinstance(exc, UndefinedError) or isinstance(liquid_error, UndefinedError):
         details["undefined"] = True
-    where, position_details = _position(exc)
+    where, position_details = _position(exc, source)
     details.update(position_details)
     template_name = liquid_error.template_name if liquid_error is not None else None
     if template_name:
@@ -711,17 +771,25 @@ def _with_limit(text: str, limit: str, limits: TemplateLimits | None) -> tuple[s
     return text, details
 
 
-def _position(exc: BaseException) -> tuple[str, dict[str, Any]]:
-    """Where in the source the first liquid error with a token points, and its details."""
+_UNCLOSED = re.compile(r"expected tag end(\w+)")
+"""Liquid's message for a block tag never closed (it gives no position for it)."""
+_TAG_START = re.compile(r"\{%-?[ \t\r\n]*(\w+)")
+
+
+def _position(exc: BaseException, source: str = "") -> tuple[str, dict[str, Any]]:
+    """Where in the source the first liquid error with a token points, and its details;
+    for a block tag never closed, where it opens (found in ``source``)."""
+    liquid_error = next((e for e in _chain(exc) if isinstance(e, LiquidError)), None)
     token = next((e.token for e in _chain(exc) if isinstance(e, LiquidError) and e.token), None)
-    if token is None:
-        return "", {}
-    try:
-        position = LiquidError("", token=token).context()
-    except (ValueError, IndexError):
-        position = None
-    if position is None:
-        return "", {}
+    position = None
+    if token is not None and token.start_index >= 0:
+        try:
+            position = LiquidError("", token=token).context()
+        except (ValueError, IndexError):
+            position = None
+    if token is None or position is None:
+        message = str(liquid_error.message) if liquid_error is not None else ""
+        return _unclosed_tag(source, message)
     line, column, _prev, current, _next = position
     near = token.value if len(token.value) <= 80 else bound_text(token.value, 77) + "..."
     details = {
@@ -731,6 +799,62 @@ def _position(exc: BaseException) -> tuple[str, dict[str, Any]]:
         "source_line": bound_text(current, 200),
     }
     return f" at line {line}, column {column + 1}, near {near!r}", details
+
+
+def _unclosed_tag(source: str, message: str) -> tuple[str, dict[str, Any]]:
+    """Where the error that liquid gives no position for is in ``source``: for a block
+    tag never closed, the last ``{% name`` without its ``{% endname``; else the first
+    ``{{ … }}`` output that fails alike when parsed on its own."""
+    if not source:
+        return "", {}
+    unclosed = _UNCLOSED.search(message)
+    if unclosed is not None:
+        name = unclosed[1]
+        opened: list[re.Match[str]] = []
+        for tag in _TAG_START.finditer(source):
+            if tag[1] == name:
+                opened.append(tag)
+            elif tag[1] == f"end{name}" and opened:
+                opened.pop()
+        if not opened:
+            return "", {}
+        start = opened[-1].start()
+        end = source.find("%}", start, start + 200)
+        text = source[start : start + 80] if end < 0 else source[start : end + 2]
+        return _at(source, start, text, " (never closed)")
+    start = source.find("{{")
+    while start >= 0:  # each output once: linear in the source
+        end = source.find("}}", start + 2)
+        if end < 0:
+            break
+        output = source[start : end + 2]
+        try:
+            _SYNTAX_ONLY.from_string(output)
+        except LiquidError as exc:
+            if str(exc.message) == message:
+                return _at(source, start, output, "")
+        start = source.find("{{", end + 2)
+    return "", {}
+
+
+def _at(source: str, index: int, near: str, note: str) -> tuple[str, dict[str, Any]]:
+    """The words and details of a position in ``source`` found by searching it."""
+    line, column = _line_column(source, index)
+    near = bound_text(near, 80)
+    line_start = source.rfind("\n", 0, index) + 1
+    line_end = source.find("\n", index)
+    current = source[line_start : None if line_end < 0 else line_end]
+    details = {
+        "line": line,
+        "column": column,
+        "near": near,
+        "source_line": bound_text(current, 200),
+    }
+    return f" at line {line}, column {column}, near {near!r}{note}", details
+
+
+_SYNTAX_ONLY = Environment()
+"""Parses one output statement alone, to find the one liquid's error is about."""
 
 
 # --- save-time checks ----------------------------------------------------------------
@@ -878,7 +1002,7 @@ class TemplateEngine:
         try:
             template = self._envs[strict_variables].from_string(source)
         except Exception as exc:
-            raise _to_template_error(exc, "parse", self.limits) from exc
+            raise _to_template_error(exc, "parse", self.limits, source) from exc
         with self._lock:
             self._cache[key] = template
             self._cache.move_to_end(key)
