@@ -15,6 +15,9 @@ from ._support import (
 
 __all__ = ["BranchContract"]
 
+WAIT = 30
+"""Seconds a test waits for a branch hold before it fails (a store that never answers)."""
+
 
 class BranchContract(ContractBase):
     """One holder per chat branch, waiting and refusing."""
@@ -36,7 +39,7 @@ class BranchContract(ContractBase):
                 inside -= 1
                 entered.append(n)
 
-        with anyio.fail_after(30):
+        with anyio.fail_after(WAIT):
             async with anyio.create_task_group() as tg:
                 for n in range(5):
                     tg.start_soon(hold, n)
@@ -47,18 +50,20 @@ class BranchContract(ContractBase):
         """``wait=False`` on a held branch raises ``StoreError`` (code ``branch_busy``);
         once released, the branch is free again."""
         chat_id = new_id("chat")
-        async with stores.runs.hold_branch(chat_id, "main"):
-            with pytest.raises(StoreError) as busy:
-                async with stores.runs.hold_branch(chat_id, "main", wait=False):
-                    raise AssertionError("entered a held branch")
-            assert busy.value.code == "branch_busy"
-        async with stores.runs.hold_branch(chat_id, "main", wait=False):
-            pass
+        with anyio.move_on_after(WAIT) as waited:
+            async with stores.runs.hold_branch(chat_id, "main"):
+                with pytest.raises(StoreError) as busy:
+                    async with stores.runs.hold_branch(chat_id, "main", wait=False):
+                        raise AssertionError("entered a held branch")
+                assert busy.value.code == "branch_busy"
+            async with stores.runs.hold_branch(chat_id, "main", wait=False):
+                pass
+        assert not waited.cancelled_caught, "hold_branch(wait=False) waited for a held branch"
 
     async def test_other_branches_and_chats_are_not_held(self, stores: Stores) -> None:
         """Holding a branch leaves the chat's other branches and other chats free."""
         chat_id = new_id("chat")
-        with anyio.fail_after(30):
+        with anyio.fail_after(WAIT):
             async with (
                 stores.runs.hold_branch(chat_id, "main"),
                 stores.runs.hold_branch(chat_id, "alt", wait=False),
@@ -79,7 +84,7 @@ class BranchContract(ContractBase):
         with pytest.raises(Boom):
             async with stores.runs.hold_branch(chat_id, "main"):
                 raise Boom
-        with anyio.fail_after(30):
+        with anyio.fail_after(WAIT):
             async with stores.runs.hold_branch(chat_id, "main", wait=False):
                 pass
 
@@ -95,7 +100,7 @@ class BranchContract(ContractBase):
                     raise AssertionError("entered a held branch")
             gave_up.set()
 
-        with anyio.fail_after(30):
+        with anyio.fail_after(WAIT):
             async with (
                 anyio.create_task_group() as tg,
                 stores.runs.hold_branch(chat_id, "main"),
