@@ -7,6 +7,7 @@ in free text becomes U+FFFD and a split pair is joined, so every store can keep 
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -17,19 +18,26 @@ from pydantic import ValidationError
 from opsrun.model import (
     MAX_JSON_DEPTH,
     AppendAfterLastUser,
+    Artifact,
+    ArtifactUsage,
+    ArtifactVersion,
     ArtifactWrite,
     AssistantBlocks,
     AssistantMeta,
     AssistantVariant,
     ChatMessage,
     ChatRole,
+    Hook,
     InsertAtDepth,
     MessageVariant,
+    OperationConfig,
     RunRequest,
     SystemUpdate,
     Trigger,
     UserVariant,
 )
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def nested(depth: int, leaf: Any = 1) -> Any:
@@ -50,6 +58,13 @@ def depth_of(value: Any) -> int:
 
 BUILDERS: dict[str, Any] = {
     "artifact write value": lambda v: ArtifactWrite(tag="t", value=v),
+    "stored artifact value": lambda v: Artifact(
+        tag="t", usage=ArtifactUsage.INTERNAL, persisted=True, value=v
+    ),
+    "archived version value": lambda v: ArtifactVersion(version=1, value=v, created_at=T0),
+    "operation params": lambda v: OperationConfig(
+        hooks=(Hook.BEFORE_MAIN_LLM,), order=1, params={"x": v}
+    ),
     "run request host": lambda v: RunRequest(
         trigger=Trigger.GENERATE, chat_id="c", user_message="hi", host={"card": v}
     ),
@@ -63,7 +78,13 @@ BUILDERS: dict[str, Any] = {
 }
 """Where a JSON value enters a record, each wrapping it in one level (a dict) or none."""
 
-WRAPPING = {"artifact write value": 0, "variant blocks": 2, "assistant blocks effect": 2}
+WRAPPING = {
+    "artifact write value": 0,
+    "stored artifact value": 0,
+    "archived version value": 0,
+    "variant blocks": 2,
+    "assistant blocks effect": 2,
+}
 
 
 @pytest.mark.parametrize("where", BUILDERS)
@@ -85,6 +106,16 @@ def test_a_value_deeper_than_the_limit_is_refused_with_a_stable_type(
         BUILDERS[where](value)
     assert [e["type"] for e in refused.value.errors()] == ["json_too_deep"]
     assert str(MAX_JSON_DEPTH) in str(refused.value)
+
+
+@pytest.mark.parametrize("where", BUILDERS)
+@pytest.mark.parametrize("number", [float("nan"), float("inf"), float("-inf")], ids=repr)
+def test_nan_and_infinities_are_refused_with_a_stable_type(where: str, number: float) -> None:
+    """JSON has no such numbers: the SQL stores would keep them as null."""
+    with pytest.raises(ValidationError) as refused:
+        BUILDERS[where]([1.5, {"n": number}])
+    assert [e["type"] for e in refused.value.errors()] == ["json_not_finite"]
+    assert BUILDERS[where]([1.5, {"n": -0.0}]) == BUILDERS[where]([1.5, {"n": -0.0}])
 
 
 def test_deep_dicts_count_like_deep_lists() -> None:

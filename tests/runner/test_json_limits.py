@@ -106,6 +106,39 @@ async def test_a_reply_with_half_a_surrogate_pair_is_stored_mended(stores: Store
     assert await notes(stores, result) == {"mood": "\ufffd", "face": "\U0001f600"}
 
 
+@pytest.mark.parametrize("reply", ['{"score": 1e999}', "[1, -1e400]"])
+async def test_a_reply_with_a_number_too_large_for_a_float_fails_its_operation(
+    stores: Stores, reply: str
+) -> None:
+    """Such a number reads as infinite, which JSON (and the SQL stores) cannot keep."""
+    result = await run_aux(stores, reply)
+    assert result.status == RunStatus.DONE
+    aux = result.operation("aux")
+    assert aux.status == OperationStatus.ERROR
+    assert aux.error is not None
+    assert aux.error.code == "output_parse_error"
+    assert "NaN and infinities are not JSON numbers" in aux.error.message
+
+
+async def test_an_operation_writing_nan_fails_alone_and_stores_nothing(stores: Stores) -> None:
+    catalog = OperationCatalog()
+
+    @catalog.function("stats", name="Stats", write_tag="stats")
+    async def _stats(ctx: OperationContext) -> OperationResult:
+        return OperationResult.done(artifact=ctx.write({"avg": float("nan")}))
+
+    runner = make_runner(stores=stores, catalog=catalog)
+    await use_profile(stores, op("stats"))
+    result = await runner.run(generate())
+    assert result.status == RunStatus.DONE
+    stats = result.operation("stats")
+    assert stats.status == OperationStatus.ERROR
+    assert stats.error is not None
+    assert stats.error.code == "operation_exception"
+    assert "json_not_finite" in stats.error.message
+    assert "stats" not in await session_artifacts(stores, result.run)
+
+
 async def test_an_operation_writing_a_too_deep_artifact_fails_alone(stores: Stores) -> None:
     catalog = OperationCatalog()
 

@@ -213,8 +213,8 @@ def parse_json_reply(text: str) -> Any:
         raise ValueError(too_deep) from exc
     try:
         return well_formed(value)
-    except PydanticCustomError as exc:
-        raise ValueError(too_deep) from exc
+    except PydanticCustomError as exc:  # too deep, or a number too large for a float
+        raise ValueError(too_deep if exc.type == "json_too_deep" else exc.message()) from exc
 
 
 def _unresolvable_ref(schema: Mapping[str, Any]) -> str | None:

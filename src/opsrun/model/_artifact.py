@@ -189,6 +189,8 @@ class ArtifactVersion(Model):
     created_at: datetime
     """When this value was written."""
 
+    _well_formed = field_validator("value", mode="after")(well_formed)
+
 
 class Artifact(Model):
     """The latest state of ``art.<tag>`` in a profile session (or in a run, if run-only)."""
@@ -225,6 +227,8 @@ class Artifact(Model):
     """When version 1 was written."""
     updated_at: datetime | None = None
     """When the current value was written."""
+
+    _well_formed = field_validator("value", mode="after")(well_formed)
 
     def view(self) -> JsonObject:
         """Return the ``{value, history, meta}`` shape templates see as ``art.<tag>``."""

@@ -60,10 +60,13 @@ def well_formed(value: Any) -> Any:
 
     Raises:
         PydanticCustomError: it nests deeper than :data:`MAX_JSON_DEPTH` (error type
-            ``json_too_deep``).
+            ``json_too_deep``), or holds a float that is NaN or infinite, which JSON
+            cannot hold (``json_not_finite``; stores would keep it as ``null``).
     """
     if isinstance(value, str):
         return _well_formed_text(value)
+    if isinstance(value, float):
+        return _finite(value)
     if not isinstance(value, dict | list | tuple):
         return value
     # One pass without recursion (a value may be nested deeper than the stack): the
@@ -84,9 +87,21 @@ def well_formed(value: Any) -> Any:
                 mend = mend or _SURROGATE.search(child) is not None
             elif isinstance(child, dict | list | tuple):
                 stack.append((child, depth + 1))
+            elif isinstance(child, float):
+                _finite(child)
         if isinstance(item, dict) and not mend:
             mend = any(isinstance(k, str) and _SURROGATE.search(k) for k in item)
     return mended(value) if mend else value
+
+
+def _finite(number: float) -> float:
+    if number - number != 0.0:  # NaN or an infinity (both give NaN here)
+        raise PydanticCustomError(
+            "json_not_finite",
+            "a JSON value cannot hold {number}: NaN and infinities are not JSON numbers",
+            {"number": repr(number)},
+        )
+    return number
 
 
 def _well_formed_text(text: str) -> str:

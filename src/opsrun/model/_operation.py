@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from ._base import JsonObject, Model, check_id
+from ._base import JsonObject, Model, check_id, well_formed
 from ._enums import Hook, Trigger
 
 
@@ -69,6 +69,8 @@ class OperationConfig(Model):
     """Wall-clock limit for one execution; exceeding it ends the operation ``error(timeout)``."""
     debug: DebugConfig = Field(default_factory=DebugConfig)
     """Debug switches."""
+
+    _well_formed = field_validator("params", mode="after")(well_formed)
 
     @field_validator("hooks")
     @classmethod
