@@ -30,10 +30,13 @@ async def test_an_unreachable_server_is_store_unavailable() -> None:
     [
         ("schema", ""),
         ("schema", "s" * 64),
+        ("schema", "chat\ud800"),  # a lone surrogate: no UTF-8 form
         ("min_size", -1),
         ("max_size", 0),
         ("max_branch_holds", 0),
         ("timeout", 0),
+        ("timeout", float("inf")),
+        ("timeout", float("nan")),
         ("branch_keepalive_seconds", 0),
     ],
 )

@@ -36,6 +36,14 @@ def micros(moment: datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
+_MIN_MICROS = -62_135_596_800_000_000
+"""``micros`` of the earliest ``datetime`` (year 1, UTC)."""
+_MAX_MICROS = 253_402_300_799_999_999
+"""``micros`` of the latest ``datetime`` (year 9999, UTC): the numbers a cursor holds
+(times, and counters far below it) stay in this range, which SQLite's and PostgreSQL's
+64-bit integers hold too."""
+
+
 def from_micros(value: int) -> datetime:
     """The UTC time ``value`` microseconds after the Unix epoch (inverse of :func:`micros`)."""
     return _EPOCH + timedelta(microseconds=value)
@@ -63,6 +71,7 @@ def decode_cursor(query: str, cursor: str, *types: type[int] | type[str]) -> tup
         and len(decoded) == len(types) + 1
         and decoded[0] == query
         and all(type(v) is t for v, t in zip(decoded[1:], types, strict=True))
+        and all(_MIN_MICROS <= v <= _MAX_MICROS for v in decoded[1:] if type(v) is int)
     ):
         return tuple(decoded[1:])
     raise StoreError(

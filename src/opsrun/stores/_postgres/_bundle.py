@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from types import TracebackType
 
 from psycopg.conninfo import conninfo_to_dict
@@ -68,13 +69,14 @@ class PostgresStores:
         require(
             self,
             "schema",
-            isinstance(schema, str) and 0 < len(schema.encode()) <= _MAX_IDENTIFIER,
-            f"a name of 1 to {_MAX_IDENTIFIER} bytes",
+            isinstance(schema, str) and 0 < _utf8_length(schema) <= _MAX_IDENTIFIER,
+            f"a name of 1 to {_MAX_IDENTIFIER} bytes of UTF-8",
         )
         require_at_least(self, 0, "min_size")
         require_at_least(self, max(1, min_size), "max_size")
         require_at_least(self, 1, "max_branch_holds", "branch_keepalive_seconds", optional=True)
         require_at_least(self, 0.1, "timeout")
+        require(self, "timeout", math.isfinite(timeout), "a finite number of seconds")
         for field in ("min_size", "max_size", "max_branch_holds"):
             require(self, field, isinstance(getattr(self, field), int), "an int")
         self._migrate = migrate
@@ -161,3 +163,11 @@ class PostgresStores:
             f"{name}={params[name]}" for name in ("host", "port", "dbname") if params.get(name)
         )
         return f"PostgresStores({where!r}, schema={self.schema!r})"
+
+
+def _utf8_length(name: str) -> int:
+    """Bytes of ``name`` in UTF-8; 0 when it has none (a lone surrogate)."""
+    try:
+        return len(name.encode())
+    except UnicodeEncodeError:
+        return 0

@@ -35,6 +35,9 @@ FOLLOW_POLL = (0.01, 0.05)
 FOLLOW_BATCH = 500
 """The most events a follower reads at once."""
 
+_MAX_SEQ = 2**63 - 1
+"""The largest ``seq`` SQLite can compare with: a larger ``after_seq`` means none."""
+
 
 def _holds(held: Run, claimant: Run) -> bool:
     """True while ``held`` keeps its turn key against ``claimant`` (see ``RunStore.claim``)."""
@@ -346,7 +349,7 @@ class SqliteRunStore:
             NotFound: there is no such run, or it was deleted while followed.
             StoreError: the database failed.
         """
-        seen = after_seq
+        seen = min(max(after_seq, -1), _MAX_SEQ)  # SQLite binds 64-bit integers only
         delay, longest = FOLLOW_POLL
         while True:
             found = await self._db.read(partial(_poll, run_id, seen))

@@ -19,6 +19,7 @@ from ._support import (
     QUICK_PROPERTY,
     T0,
     ContractBase,
+    forged_cursors,
     make_message,
     make_run,
     new_id,
@@ -224,7 +225,7 @@ class ChatContract(ContractBase):
             await stores.runs.claim(make_run(chat_id=chat_id))
         runs_cursor = (await stores.runs.list_runs(chat_id, limit=1)).next_cursor
         assert runs_cursor is not None
-        for cursor in ("", "not a cursor", "eyJhIjogMX0", runs_cursor):
+        for cursor in ("", "not a cursor", "eyJhIjogMX0", runs_cursor, *forged_cursors("chats")):
             with pytest.raises(StoreError) as bad:
                 await stores.chats.list_chats(cursor=cursor)
             assert bad.value.code == "bad_cursor"

@@ -70,7 +70,8 @@ class FollowContract(ContractBase):
 
     async def test_following_a_finished_run_yields_the_rest_and_ends(self, stores: Stores) -> None:
         """A finished run yields its events after ``after_seq``, in ``seq`` order, and the
-        iteration ends after ``run.finished`` (at once when that was already seen)."""
+        iteration ends after ``run.finished`` (at once when that was already seen, also
+        for an ``after_seq`` past 64 bits)."""
         run = make_run(chat_id=new_id("chat"), status=RunStatus.DONE)
         await stores.runs.claim(run)
         events = delta_events(run.run_id, 1, 6, finish=True)
@@ -78,8 +79,10 @@ class FollowContract(ContractBase):
         with anyio.fail_after(WAIT):
             assert [e async for e in stores.runs.follow(run.run_id)] == events
             assert [e async for e in stores.runs.follow(run.run_id, after_seq=4)] == events[4:]
-            for after in (6, 100):
+            for after in (6, 100, 2**63, 10**30):  # a client's Last-Event-ID: any number
                 assert [e async for e in stores.runs.follow(run.run_id, after_seq=after)] == []
+            for before in (-1, -(10**30)):
+                assert [e async for e in stores.runs.follow(run.run_id, after_seq=before)] == events
 
     async def test_a_follower_gets_every_event_once_in_order_as_appended(
         self, stores: Stores

@@ -20,6 +20,7 @@ from ._support import (
     T0,
     T_OLD,
     ContractBase,
+    forged_cursors,
     make_event,
     make_message,
     make_run,
@@ -116,7 +117,7 @@ class RetentionContract(ContractBase):
             await stores.chats.save_message(make_message(other, "m1"))
         chats_cursor = (await stores.chats.list_chats(limit=1)).next_cursor
         assert chats_cursor is not None
-        for cursor in ("", "%%%", "WyJydW5zIl0", chats_cursor):
+        for cursor in ("", "%%%", "WyJydW5zIl0", chats_cursor, *forged_cursors("runs")):
             with pytest.raises(StoreError) as bad:
                 await stores.runs.list_runs(chat_id, cursor=cursor)
             assert bad.value.code == "bad_cursor"

@@ -3,6 +3,8 @@ and the base class with the ``stores`` fixture."""
 
 from __future__ import annotations
 
+import base64
+import json
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
@@ -92,6 +94,17 @@ JSON_VALUES = st.recursive(
     ),
     max_leaves=12,
 )
+
+
+def forged_cursors(query: str) -> list[str]:
+    """Cursors of ``query``'s shape holding numbers no store made: past 64 bits, past
+    any date, negative; a client can send any of them back."""
+    cursors = []
+    for number in (2**63, 10**30, -(10**30), 2**200):
+        for position in ([number], [number, "run_x"], [number, number]):
+            raw = json.dumps([query, *position]).encode()
+            cursors.append(base64.urlsafe_b64encode(raw).decode().rstrip("="))
+    return cursors
 
 
 def new_id(prefix: str) -> str:
