@@ -29,6 +29,7 @@ from opsrun.model import (
 from opsrun.ports import ArtifactArchive, ChatStore, ProfileStore, RunStore, SessionStore, Stores
 from opsrun.runner import SystemClock, UuidIds
 from opsrun.stores._sqlite import _runs as sqlite_runs
+from opsrun.stores._sqlite._cache import RecordCache
 from opsrun.stores._sqlite._schema import MIGRATIONS, migrate
 from opsrun.stores.sqlite import SCHEMA_VERSION, SqliteStores
 from opsrun.testing import ScriptedMainLlm
@@ -527,3 +528,26 @@ async def test_the_wal_is_checkpointed_in_the_background(tmp_path: Path) -> None
 def test_a_private_database_has_no_checkpointer() -> None:
     with SqliteStores(":memory:") as stores:
         assert stores._db.checkpointer is None
+
+
+def _variant_text(n: int, size: int) -> str:
+    return MessageVariant(variant_id=f"v{n}", content="x" * size).model_dump_json()
+
+
+def test_the_record_cache_keeps_the_newest_records_within_its_characters() -> None:
+    texts = [_variant_text(n, 100) for n in range(20)]
+    cache = RecordCache(size=100, chars=len(texts[-1]) * 5)
+    first = [cache.parse(MessageVariant, text) for text in texts]
+    again = [cache.parse(MessageVariant, text) for text in texts[-5:]]
+    assert all(a is b for a, b in zip(again, first[-5:], strict=True))  # kept: not parsed again
+    oldest = cache.parse(MessageVariant, texts[0])
+    assert oldest == first[0]
+    assert oldest is not first[0]  # let go for the newer ones: parsed anew
+
+
+def test_the_record_cache_keeps_at_most_its_count_of_records() -> None:
+    texts = [_variant_text(n, 1) for n in range(10)]
+    cache = RecordCache(size=3)
+    first = [cache.parse(MessageVariant, text) for text in texts]
+    assert cache.parse(MessageVariant, texts[-1]) is first[-1]
+    assert cache.parse(MessageVariant, texts[-4]) is not first[-4]

@@ -26,13 +26,18 @@ MAX_RECORDS = 4096
 """Records kept; the oldest go first."""
 MAX_TEXT = 64 * 1024
 """Longer records are parsed every time (they would crowd the cache out)."""
+MAX_CHARS = 8 * 1024 * 1024
+"""Characters of stored text the kept records may hold in all: a cache of long messages
+stays within tens of megabytes (the text and its parsed record), not hundreds."""
 
 
 class RecordCache:
     """Parsed records by (model, stored text); safe to share between threads."""
 
-    def __init__(self, size: int = MAX_RECORDS) -> None:
+    def __init__(self, size: int = MAX_RECORDS, chars: int = MAX_CHARS) -> None:
         self._size = size
+        self._max_chars = chars
+        self._chars = 0
         self._records: dict[tuple[type[BaseModel], str], Any] = {}
         self._lock = threading.Lock()
 
@@ -49,7 +54,12 @@ class RecordCache:
         record = freeze_model(model.model_validate_json(text))
         if len(text) <= MAX_TEXT:
             with self._lock:
-                if len(self._records) >= self._size:
-                    del self._records[next(iter(self._records))]
-                self._records[key] = record
+                if key not in self._records:
+                    records = self._records
+                    self._chars += len(text)
+                    while records and (len(records) >= self._size or self._chars > self._max_chars):
+                        oldest = next(iter(records))
+                        del records[oldest]
+                        self._chars -= len(oldest[1])
+                    records[key] = record
         return record
