@@ -36,3 +36,18 @@ async def test_a_deleted_message_leaves_runs_as_they_were_and_is_no_turn() -> No
     assert gone.value.code == "turn_not_found"
     again = await runner.run(RunRequest(trigger="generate", chat_id="c", user_message="three"))
     assert again.status == RunStatus.DONE
+
+
+@pytest.mark.anyio
+async def test_deleting_a_turns_own_message_hides_only_that_text() -> None:
+    stores = InMemoryStores()
+    runner = make_runner(stores=stores)
+    await runner.run(RunRequest(trigger="generate", chat_id="c", user_message="one"))
+    second = await runner.run(RunRequest(trigger="generate", chat_id="c", user_message="two"))
+
+    await stores.chats.delete_message("c", second.run.user_message_id)
+
+    report = await runner.explain(second.run.run_id)
+    assert report.inputs.user_message is None
+    assert report.prompt is not None
+    assert [m.content for m in report.prompt.messages] == ["one", "OK", None]

@@ -10,6 +10,7 @@ import pytest
 from _support import A, B, generate, make_runner, op, use_profile
 from opsrun.errors import ConfigError
 from opsrun.model import (
+    AfterLastUser,
     AppendAfterLastUser,
     ArchivedVersion,
     ArtifactRef,
@@ -470,6 +471,32 @@ async def test_explain_shows_the_text_sent_after_the_host_selects_an_edited_vari
     gone = await runner.explain(result.run.run_id)
     assert gone.inputs.user_message is None
     assert "Say hello." not in render_markdown(gone)
+
+
+async def test_explain_shows_the_user_message_an_artifact_wrapped() -> None:
+    """The prompt sent the message wrapped (its hash is not of any variant's text): the
+    input still shows the message the turn stored."""
+    catalog = OperationCatalog()
+
+    @catalog.function("wrap", name="Wrap", write_tag="wrap")
+    async def _wrap(ctx: OperationContext) -> OperationResult:
+        inclusion = PromptInclusion(mode="as_message", operation="wrap", anchor=AfterLastUser())
+        value = {"pre": "[[", "post": "]]"}
+        usage = ArtifactUsage.PROMPT_ONLY
+        return OperationResult.done(
+            artifact=ctx.write(value, usage=usage, prompt_inclusion=inclusion)
+        )
+
+    stores = InMemoryStores()
+    main_llm = ScriptedMainLlm()
+    runner = make_runner(stores=stores, catalog=catalog, main_llm=main_llm)
+    await use_profile(stores, op("wrap", A))
+    await runner.run(generate("first"))
+    result = await runner.run(generate("second"))
+    assert main_llm.requests[-1].messages[-1].content == "[[second]]"
+    report = await runner.explain(result.run.run_id)
+    assert report.inputs.user_message is not None
+    assert report.inputs.user_message.text == "second"
 
 
 def test_a_snapshot_policy_cannot_keep_augmentation_by_reference() -> None:

@@ -225,27 +225,34 @@ class Runner:
         history_size: int | None = None
         texts: dict[str, str] = {}
         # What the run sent, by message id: a message edited since (a new selected
-        # variant) still shows the text sent, from the variant that has its hash.
+        # variant) still shows the text sent, from the variant that has its hash. A
+        # message an artifact or effect acted on (wrapped, replaced) was sent changed:
+        # its hash is not of any variant's text.
         snapshot = run.main_llm.prompt
         sent = {
             m.source.message_id: m.sha256
             for m in (snapshot.messages if snapshot else ())
-            if m.source is not None and m.source.message_id is not None
+            if m.source is not None
+            and m.source.message_id is not None
+            and m.source.kind == "history"
         }
         try:
             message = await self.chats.get_message(run.chat_id, run.user_message_id)
             user_message = _sent_text(message, sent.get(message.message_id), run.run_id)
-            history = await self.chats.history(run.chat_id, run.branch_id)
-            ids = [m.message_id for m in history]
-            if run.user_message_id in ids:
-                history_size = ids.index(run.user_message_id) + 1
-            for m in history:
-                if m.message_id in sent:
-                    text = _sent_text(m, sent[m.message_id], run.run_id)
-                    if text is not None:
-                        texts[m.message_id] = text
-        except NotFound:
+        except NotFound:  # deleted since: the report shows no text for it
             pass
+        try:
+            history = await self.chats.history(run.chat_id, run.branch_id)
+        except NotFound:
+            history = []
+        ids = [m.message_id for m in history]
+        if run.user_message_id in ids:
+            history_size = ids.index(run.user_message_id) + 1
+        for m in history:
+            if m.message_id in sent:
+                text = _sent_text(m, sent[m.message_id], run.run_id)
+                if text is not None:
+                    texts[m.message_id] = text
         return build_report(
             run,
             op_runs,
