@@ -305,6 +305,15 @@ def test_long_contents_are_cut_with_a_count() -> None:
     assert "· redacted, cut" in md
 
 
+def test_texts_kept_cut_count_what_was_cut_from_the_whole_text() -> None:
+    """The snapshot and the report keep excerpts: the count is of the whole text."""
+    whole = 10 * TEXT_LIMIT
+    kept = message("b" * 2_000, truncated=True, message_id="m").model_copy(update={"chars": whole})
+    run = make_run(main_llm=llm(prompt=snapshot(kept), text="c" * whole))
+    md = render_markdown(build_report(run, []))
+    assert md.count(f"_… {whole - PREVIEW_CHARS} more characters not shown._") == 2
+
+
 def test_fences_are_longer_than_any_backtick_run_in_the_content() -> None:
     content = "before\n```\nnot a fence end\n````\n## not a heading"
     run = make_run(main_llm=llm(prompt=snapshot(message(content, message_id="m"))))

@@ -87,8 +87,14 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
-def _fenced(text: str, *, limit: int = PREVIEW_CHARS, info: str = "text") -> str:
-    shown, cut = text[:limit], max(0, len(text) - limit)
+def _fenced(
+    text: str, *, limit: int = PREVIEW_CHARS, info: str = "text", total: int | None = None
+) -> str:
+    """``text`` in a fence no backtick run inside it closes, cut to ``limit`` characters
+    with a count of the rest: of ``total`` characters when ``text`` is itself an excerpt
+    of a longer text."""
+    shown = text[:limit]
+    cut = max(0, max(len(text), total or 0) - len(shown))
     runs = _BACKTICK_RUN.findall(shown)
     fence = "`" * max(3, max(map(len, runs), default=0) + 1)
     newline = "" if shown.endswith(("\n", "\r")) else "\n"
@@ -157,7 +163,7 @@ def _input(inputs: ReportInput) -> list[str]:
     else:
         cut = f", kept {len(message.text)}" if message.truncated else ""
         out.append(f"User message {_code(inputs.user_message_id)} ({message.chars} chars{cut}):")
-        out.append(_fenced(message.text))
+        out.append(_fenced(message.text, total=message.chars))
     if inputs.history_size is not None:
         out.append(f"Chat history: {_count(inputs.history_size, 'message')} up to this turn.")
     return out
@@ -203,7 +209,7 @@ def _prompt(prompt: ReportPrompt | None) -> list[str]:
             why = "hash_only" if m.storage == "hash_only" else "the snapshot's size limit"
             out.append(f"_Text not stored ({why}): only its length and hash are kept._")
         else:
-            out.append(_fenced(m.content))
+            out.append(_fenced(m.content, total=m.chars))
     return out
 
 
@@ -368,7 +374,7 @@ def _generation_md(generation: ReportGeneration, outcome: ReportOutcome) -> list
             f" {_code(generation.assistant_variant_id)}" if generation.assistant_variant_id else ""
         )
         out.append(f"Reply{variant} ({generation.reply.chars} chars):")
-        out.append(_fenced(generation.reply.text))
+        out.append(_fenced(generation.reply.text, total=generation.reply.chars))
     return out
 
 
