@@ -229,6 +229,39 @@ async def test_a_system_message_an_operation_changed_follows_the_augmentation_po
     assert (system.storage, system.content) == (AugmentationStorage.REDACTED, "Be kind.")
 
 
+@pytest.mark.parametrize(
+    ("storage", "first", "second"),
+    [
+        (AugmentationStorage.REDACTED, 'created: "home is 12 Elm Road"', None),
+        (AugmentationStorage.SUMMARY, 'created: "h', None),
+        (AugmentationStorage.HASH_ONLY, "created", "changed"),
+    ],
+)
+async def test_an_artifact_change_summary_follows_the_augmentation_policy(
+    storage: AugmentationStorage, first: str, second: str | None
+) -> None:
+    stores, catalog = InMemoryStores(), OperationCatalog()
+    policy = SnapshotPolicy(augmentation=storage, summary_chars=11)
+    runner = make_runner(stores=stores, catalog=catalog, snapshot=policy)
+
+    @catalog.function("notes", name="Notes", write_tag="notes")
+    async def _notes(ctx: OperationContext) -> OperationResult:
+        text = "home is 12 Elm Road" if ctx.art_value("notes") is None else "moved away"
+        return OperationResult.done(artifact=ctx.write(text))
+
+    await use_profile(stores, op("notes"))
+    summaries = []
+    for text in ("one", "two"):
+        result = await runner.run(generate(text))
+        (write,) = [e for e in result.run.applied_effects if e.summary is not None]
+        summaries.append(write.summary)
+    assert summaries[0] == first
+    if second is not None:
+        assert summaries[1] == second
+    if storage != AugmentationStorage.REDACTED:
+        assert all("Elm Road" not in (s or "") for s in summaries)
+
+
 async def test_snapshot_is_bounded_and_augmentation_follows_the_policy() -> None:
     stores, catalog, llm = InMemoryStores(), OperationCatalog(), ScriptedMainLlm()
     policy = SnapshotPolicy(

@@ -20,6 +20,7 @@ from ..model import (
     ArtifactRef,
     ArtifactVersion,
     ArtifactWrite,
+    AugmentationStorage,
     ChatMessage,
     OperationStatus,
     PromptEffect,
@@ -267,6 +268,17 @@ class Staging:
             ) from exc
 
     def _change(self, old: Artifact | None, new: Artifact) -> str:
-        """The redacted short diff recorded with an artifact write."""
-        diff = artifact_diff(None if old is None else old.value, new.value)
-        return self._ctx.redactor.redact(diff)
+        """The redacted short diff recorded with an artifact write; its values are kept
+        as the snapshot keeps augmentation: in part with ``summary``, not at all with
+        ``hash_only``."""
+        policy = self._ctx.snapshot
+        if policy.augmentation == AugmentationStorage.HASH_ONLY:
+            if old is None:
+                return "created"
+            return "unchanged" if old.value == new.value else "changed"
+        diff = self._ctx.redactor.redact(
+            artifact_diff(None if old is None else old.value, new.value)
+        )
+        if policy.augmentation == AugmentationStorage.SUMMARY:
+            diff = diff[: policy.summary_chars]
+        return diff
