@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -13,12 +14,14 @@ from opsrun.model import (
     ArtifactUsage,
     ArtifactWrite,
     AssistantMeta,
+    ContentFormat,
     DurableRetention,
     FailedType,
     OperationProfileSessionKey,
     OperationResult,
     OperationStatus,
     OverwriteRetention,
+    PromptInclusion,
     Retention,
     RunResult,
     RunStatus,
@@ -27,6 +30,7 @@ from opsrun.model import (
 )
 from opsrun.operations import OperationCatalog, OperationContext
 from opsrun.runner import Runner
+from opsrun.runner._artifacts import next_artifact
 from opsrun.stores import InMemoryRunStore, InMemoryStores
 from opsrun.testing import FakeClock
 
@@ -35,6 +39,8 @@ KEY = OperationProfileSessionKey(
 )
 
 pytestmark = pytest.mark.anyio
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def counter(catalog: OperationCatalog, retention: Retention | None) -> None:
@@ -337,3 +343,56 @@ async def test_writing_without_a_declared_tag_says_what_to_declare(
     assert "writeArtifact.tag" in failed.error.message
     assert result.operation("count").status is OperationStatus.DONE
     assert await stored(opsrun_stores, "undeclared") is None
+
+
+async def test_a_write_that_names_only_its_value_keeps_the_artifacts_settings(
+    runner: Runner, opsrun_catalog: OperationCatalog, opsrun_stores: InMemoryStores
+) -> None:
+    """Usage, semantics, format and the inclusion rule stay as the first write set them;
+    a later write that names one changes it."""
+    inclusion = PromptInclusion(mode="prepend_system")
+    writes: list[dict[str, Any]] = [
+        {
+            "usage": ArtifactUsage.PROMPT_ONLY,
+            "semantics": "memory",
+            "format": ContentFormat.MARKDOWN,
+            "prompt_inclusion": inclusion,
+        },
+        {},
+        {"usage": ArtifactUsage.INTERNAL},
+    ]
+
+    @opsrun_catalog.function("notes", name="Notes", write_tag="notes")
+    async def _notes(ctx: OperationContext) -> OperationResult:
+        return OperationResult.done(artifact=ctx.write("remember the map", **writes.pop(0)))
+
+    await use_profile(opsrun_stores, op("notes", A))
+    await runner.run(generate("one"))
+    await runner.run(generate("two"))
+    kept = await stored(opsrun_stores, "notes")
+    assert kept is not None
+    assert (kept.version, kept.usage, kept.semantics, kept.format, kept.prompt_inclusion) == (
+        2,
+        ArtifactUsage.PROMPT_ONLY,
+        "memory",
+        ContentFormat.MARKDOWN,
+        inclusion,
+    )
+    included = await runner.run(generate("three"))
+    assert included.run.main_llm.prompt is not None
+    (record,) = included.run.main_llm.prompt.inclusions
+    assert record.included
+    changed = await stored(opsrun_stores, "notes")
+    assert changed is not None
+    assert (changed.usage, changed.format) == (ArtifactUsage.INTERNAL, ContentFormat.MARKDOWN)
+
+
+def test_a_first_write_without_settings_gets_the_defaults() -> None:
+    write = ArtifactWrite(tag="t", value=1)
+    assert (write.usage, write.semantics, write.format) == (None, None, None)
+    (artifact, _) = next_artifact(None, write, now=T0, run_id="r", operation_id="o")
+    assert (artifact.usage, artifact.semantics, artifact.format) == (
+        ArtifactUsage.INTERNAL,
+        "intermediate",
+        ContentFormat.TEXT,
+    )

@@ -258,12 +258,14 @@ class ArtifactWrite(Model):
     """The new value."""
     persisted: bool = True
     """Persist in the profile session (True) or keep for this run only (False)."""
-    usage: ArtifactUsage = ArtifactUsage.INTERNAL
-    """Who sees it."""
-    semantics: ArtifactSemantics = "intermediate"
-    """What it holds."""
-    format: ContentFormat = ContentFormat.TEXT
-    """How the value is serialised for prompt and UI."""
+    usage: ArtifactUsage | None = None
+    """Who sees it; None keeps the artifact's current usage (``internal`` for a first
+    write)."""
+    semantics: ArtifactSemantics | None = None
+    """What it holds; None keeps the current one (``intermediate`` for a first write)."""
+    format: ContentFormat | None = None
+    """How the value is serialised for prompt and UI; None keeps the current format
+    (``text`` for a first write)."""
     based_on_version: int | None = None
     """The version this write was computed from; None lets the runner use the version the
     operation saw when it started (optimistic concurrency either way)."""

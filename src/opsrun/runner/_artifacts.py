@@ -9,8 +9,10 @@ from typing import TypeVar
 
 from ..model import (
     Artifact,
+    ArtifactUsage,
     ArtifactVersion,
     ArtifactWrite,
+    ContentFormat,
     DurableRetention,
     OverwriteRetention,
     Retention,
@@ -112,11 +114,11 @@ def next_artifact(
     kept, pruned = apply_retention(history, retention, now)
     artifact = Artifact(
         tag=write.tag,
-        usage=write.usage,
-        semantics=write.semantics,
+        usage=_keep(write.usage, current, "usage") or ArtifactUsage.INTERNAL,
+        semantics=_keep(write.semantics, current, "semantics") or "intermediate",
         persisted=write.persisted,
         value=write.value,
-        format=write.format,
+        format=_keep(write.format, current, "format") or ContentFormat.TEXT,
         version=1 if current is None else current.version + 1,
         based_on_version=None if current is None else current.version,
         history=kept,
