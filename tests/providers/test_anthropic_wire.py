@@ -294,3 +294,46 @@ def test_repr_shows_the_endpoint_without_credentials(base_url: str) -> None:
     assert "https://llm-gw.internal/v1" in shown
     for secret in ("alice", "hunter2", "api_key", "sk-abc123", KEY):
         assert secret not in shown
+
+
+# -- event streams that begin with a byte-order mark or are not event streams -----------------
+
+SSE = {"content-type": "text/event-stream"}
+
+
+def sse_body(*events: tuple[str, dict[str, Any]]) -> str:
+    return "".join(f"event: {kind}\ndata: {json.dumps(data)}\n\n" for kind, data in events)
+
+
+MESSAGE_EVENTS = [
+    event(
+        "message_start",
+        message={"id": "m", "role": "assistant", "content": [], "usage": {"input_tokens": 5}},
+    ),
+    event("content_block_start", index=0, content_block={"type": "text", "text": ""}),
+    event("content_block_delta", index=0, delta={"type": "text_delta", "text": "Hi."}),
+    event("content_block_stop", index=0),
+    event("message_delta", delta={"stop_reason": "end_turn"}, usage={"output_tokens": 2}),
+    event("message_stop"),
+]
+
+
+async def test_a_byte_order_mark_before_the_first_event_is_ignored(
+    server: FakeAnthropicServer, provider: AnthropicProvider
+) -> None:
+    server.push(Error(200, raw_body="\ufeff" + sse_body(*MESSAGE_EVENTS), headers=SSE))
+    deltas, done = await collect(provider)
+    assert deltas == ["Hi."]
+    assert done.usage == Usage(input_tokens=5, output_tokens=2, total_tokens=7)
+
+
+async def test_a_json_error_labelled_as_an_event_stream_is_that_error(
+    server: FakeAnthropicServer, provider: AnthropicProvider
+) -> None:
+    body = {"type": "error", "error": {"type": "not_found_error", "message": "model: claude-9"}}
+    server.push(Error(200, raw_body=json.dumps(body, indent=2), headers=SSE))
+    with pytest.raises(ProviderError) as raised:
+        await collect(provider)
+    assert raised.value.code == "bad_request"
+    assert not raised.value.retryable
+    assert "claude-9" in raised.value.message

@@ -4,6 +4,7 @@ is not a completion, use after ``aclose``, credentials in ``base_url``."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Iterator
 from typing import TypeAlias
 
@@ -212,3 +213,58 @@ def test_repr_shows_the_endpoint_without_credentials(base_url: str) -> None:
     assert "https://llm-gw.internal/v1" in shown
     for secret in ("alice", "hunter2", "api_key", "sk-abc123", "frag", KEY):
         assert secret not in shown
+
+
+# -- event streams that begin oddly or end with an error ----------------------------------
+
+SSE = {"Content-Type": "text/event-stream"}
+CHUNKS = [
+    '{"choices": [{"index": 0, "delta": {"content": "The door"}, "finish_reason": null}]}',
+    '{"choices": [{"index": 0, "delta": {"content": " opens."}, "finish_reason": "stop"}]}',
+]
+
+
+async def test_a_byte_order_mark_before_the_first_event_is_ignored(
+    server: FakeOpenAIServer, provider: OpenAIProvider
+) -> None:
+    body = "\ufeff" + "".join(f"data: {chunk}\n\n" for chunk in [*CHUNKS, "[DONE]"])
+    server.push(Error(200, raw_body=body, headers=SSE))
+    deltas, done = await collect(provider.stream(main_request()))
+    assert deltas == ["The door", " opens."]
+    assert done.text == "The door opens."
+
+
+async def test_an_error_event_after_the_finish_reason_keeps_the_whole_reply(
+    server: FakeOpenAIServer, provider: OpenAIProvider
+) -> None:
+    error = '{"error": {"message": "usage unavailable", "type": "server_error"}}'
+    body = "".join(f"data: {chunk}\n\n" for chunk in [*CHUNKS, error])
+    server.push(Error(200, raw_body=body, headers=SSE))
+    _, done = await collect(provider.stream(main_request()))
+    assert (done.text, done.finish_reason) == ("The door opens.", "stop")
+
+
+async def test_a_json_error_labelled_as_an_event_stream_is_that_error(
+    server: FakeOpenAIServer, provider: OpenAIProvider
+) -> None:
+    error = {
+        "message": "The model `gpt-9` does not exist",
+        "type": "invalid_request_error",
+        "code": "model_not_found",
+    }
+    server.push(Error(200, raw_body=json.dumps({"error": error}, indent=2), headers=SSE))
+    with pytest.raises(ProviderError) as raised:
+        await collect(provider.stream(main_request()))
+    assert raised.value.code == "bad_request"
+    assert not raised.value.retryable
+    assert "does not exist" in raised.value.message
+
+
+async def test_a_json_completion_labelled_as_an_event_stream_is_the_reply(
+    server: FakeOpenAIServer, provider: OpenAIProvider
+) -> None:
+    body = '{"choices": [{"index": 0, "message": {"content": "Hi."}, "finish_reason": "stop"}]}'
+    server.push(Error(200, raw_body=body, headers=SSE))
+    deltas, done = await collect(provider.stream(main_request()))
+    assert deltas == ["Hi."]
+    assert (done.text, done.finish_reason) == ("Hi.", "stop")

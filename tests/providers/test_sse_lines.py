@@ -16,3 +16,17 @@ def test_lines_split_at_cr_lf_and_crlf_only_across_chunks() -> None:
     got += lines.flush()
     assert got == ["data: a\u2028b\x85c", "data: café", "", "data: x", "y", "tail"]
     assert lines.flush() == []
+
+
+def test_a_byte_order_mark_opening_the_stream_is_dropped_however_it_is_split() -> None:
+    body = b"\xef\xbb\xbfdata: a\n\ndata: \xef\xbb\xbfb\n"
+    for cut in range(1, 6):
+        lines = Lines()
+        got = lines.feed(body[:cut]) + lines.feed(body[cut:]) + lines.flush()
+        assert got == ["data: a", "", "data: \ufeffb"]  # only the opening one goes
+
+
+def test_a_stream_that_only_looks_like_a_byte_order_mark_keeps_its_bytes() -> None:
+    lines = Lines()
+    assert lines.feed(b"\xef") == []
+    assert lines.feed(b"x\n") == ["\ufffdx"]

@@ -36,6 +36,9 @@ __all__ = [
 
 DRAIN_SECONDS = 0.1
 """How long the rest of a finished body may take to read (so the connection is reused)."""
+UNFRAMED_LIMIT = 1 << 20
+"""Characters of lines outside the SSE format kept while no event came."""
+_FIELDS = frozenset({"data", "event", "id", "retry"})
 
 _EOL = re.compile(rb"\r\n|\r|\n")
 
@@ -82,15 +85,21 @@ def json_of(data: bytes | str) -> Any:
         return None
 
 
+_BOM = b"\xef\xbb\xbf"
+"""A UTF-8 byte-order mark, which the SSE format says to ignore at the start of a stream."""
+
+
 class Lines:
     """Splits a byte stream into lines at CR, LF and CRLF (a CRLF split across two
-    chunks included), decoding each line as UTF-8."""
+    chunks included), decoding each line as UTF-8; a byte-order mark that opens the
+    stream is dropped."""
 
-    __slots__ = ("_after_cr", "_rest")
+    __slots__ = ("_after_cr", "_begun", "_rest")
 
     def __init__(self) -> None:
         self._rest = b""
         self._after_cr = False
+        self._begun = False
 
     def feed(self, chunk: bytes) -> list[str]:
         """The lines ``chunk`` completes."""
@@ -99,6 +108,12 @@ class Lines:
         if self._after_cr and chunk.startswith(b"\n"):
             chunk = chunk[1:]  # the LF of a CRLF whose CR ended the last chunk
         data = self._rest + chunk
+        if not self._begun:
+            if len(data) < len(_BOM) and _BOM.startswith(data):
+                self._rest = data  # maybe the start of a byte-order mark: wait for more
+                return []
+            self._begun = True
+            data = data.removeprefix(_BOM)
         parts = data.split(b"\n") if b"\r" not in data else _EOL.split(data)
         self._rest = parts.pop()
         self._after_cr = data.endswith(b"\r")
@@ -160,6 +175,27 @@ class EventReader:
         self._fields = _Fields()
         self._events: deque[Event] = deque()
         self._ended = False
+        self._unframed: list[str] | None = []
+        """Lines outside the SSE format while no event came (a whole JSON body sent as
+        an event stream); None once an event came or they passed :data:`UNFRAMED_LIMIT`."""
+        self._unframed_size = 0
+
+    def unframed(self) -> str | None:
+        """At the end of a body that held no event: its lines outside the SSE format
+        (say, a whole JSON body under the event-stream label), else None."""
+        if not self._ended or not self._unframed:
+            return None
+        return "\n".join(self._unframed)
+
+    def _keep_unframed(self, line: str) -> None:
+        if not line or line.startswith(":") or line.partition(":")[0] in _FIELDS:
+            return
+        assert self._unframed is not None
+        self._unframed_size += len(line)
+        if self._unframed_size > UNFRAMED_LIMIT:
+            self._unframed = None
+        else:
+            self._unframed.append(line)
 
     async def next_event(self) -> Event | None:
         """The next event, or None at the end of the body.
@@ -179,9 +215,12 @@ class EventReader:
             else:
                 lines = self._lines.feed(chunk)
             for line in lines:
+                if self._unframed is not None:
+                    self._keep_unframed(line)
                 event = self._fields.feed(line)
                 if event is not None:
                     self._events.append(event)
+                    self._unframed = None
         return self._events.popleft()
 
     async def close(self, *, drain: bool) -> None:

@@ -133,6 +133,10 @@ class MessageReader:
             except Exception as exc:  # the HTTP client's own errors, translated here
                 raise translate(exc, secrets=self._secrets) from exc
             if event is None:
+                unframed = self._events.unframed()
+                payload = None if unframed is None else json_of(unframed)
+                if payload is not None:  # a whole JSON body sent as an event stream
+                    return self._whole(unframed or "", payload)
                 return None
             payload = json_of(event.data)
             if not isinstance(payload, dict):
@@ -158,13 +162,18 @@ class MessageReader:
         if payload is None and looks_like_events(data):  # a stream under another label
             self._events, self._read_whole = EventReader(self._body), False
             return await self.next_piece()
+        return self._whole(data.decode("utf-8", "replace"), payload)
+
+    def _whole(self, text: str, payload: Any) -> str | None:
+        """A whole body's JSON ``payload`` (``text`` when it is not JSON): a message's
+        text, or the error it holds."""
         headers, secrets = self._body.headers, self._secrets
         if isinstance(payload, dict) and (
             payload.get("type") == "error" or payload.get("error") is not None
         ):
             raise body_error(payload, headers=headers, secrets=secrets, where="in an HTTP 200 body")
         if not isinstance(payload, dict) or not isinstance(payload.get("content"), list):
-            body = data.decode("utf-8", "replace") if payload is None else payload
+            body = text if payload is None else payload
             raise not_a_message(body, secrets=secrets, content_type=headers.get("content-type"))
         return self._reply.whole(payload) or None
 

@@ -123,6 +123,10 @@ class ChunkReader:
                 event = None  # the reply was whole: losing the connection now loses nothing
             if event is None or event.data.strip() == "[DONE]":
                 self._complete = True
+                unframed = self._events.unframed() if event is None else None
+                payload = None if unframed is None else json_of(unframed)
+                if payload is not None:  # a whole JSON body sent as an event stream
+                    return self._whole(unframed or "", payload)
                 break
             piece = self._take(event)
             if piece:
@@ -137,6 +141,9 @@ class ChunkReader:
         if not isinstance(payload, dict):
             raise ProviderError("the provider sent a stream event that is not a JSON object")
         if payload.get("error") is not None or event.name == "error":
+            if self.reply.finished:  # after the finish reason: the reply is whole already
+                self._complete = True
+                return ""
             raise event_error(payload.get("error", payload), secrets=self._secrets)
         return self.reply.add(payload)
 
@@ -153,12 +160,17 @@ class ChunkReader:
         if payload is None and looks_like_events(data):  # a stream under another label
             self._events, self._complete = EventReader(self._body), False
             return await self.next_piece()
+        return self._whole(data.decode("utf-8", "replace"), payload)
+
+    def _whole(self, text: str, payload: Any) -> str | None:
+        """A whole body's JSON ``payload`` (``text`` when it is not JSON): a completion's
+        text, or the error it holds."""
         if isinstance(payload, dict) and payload.get("error") is not None:
             raise event_error(payload["error"], secrets=self._secrets, status=200)
         choices = payload.get("choices") if isinstance(payload, dict) else None
         if not isinstance(payload, dict) or not isinstance(choices, list) or not choices:
             raise not_a_completion(
-                data.decode("utf-8", "replace") if payload is None else payload,
+                text if payload is None else payload,
                 secrets=self._secrets,
                 content_type=self._body.headers.get("content-type"),
             )
