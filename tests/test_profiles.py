@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -297,6 +298,33 @@ def test_a_required_operation_on_a_dependency_of_other_triggers_is_unreachable()
     issue = only(cat.validate(prof), Code.UNREACHABLE_DEPENDENCY)
     assert issue.operation_id == "checker"
     assert "runs on generate but its dependency 'regen_only' does not" in issue.message
+
+
+def test_a_required_operation_whose_chain_reaches_one_that_cannot_run_is_unreachable() -> None:
+    """``guard`` needs ``middle``, which runs, but ``middle`` needs ``lookup``, which does
+    not: every run skips ``middle`` and fails ``guard``."""
+    for lookup, why, on in (
+        (_with(op("lookup"), enabled=False), "disabled", "generate, regenerate"),
+        (_with(op("lookup"), triggers=["generate"]), "not run on regenerate", "regenerate"),
+    ):
+        prof = profile(
+            lookup,
+            op("middle", depends_on=["lookup"]),
+            op("top", depends_on=["middle"]),
+            _with(op("guard", depends_on=["top"]), required=True),
+        )
+        cat = compute_catalog("lookup", "middle", "top", "guard")
+        issue = only(cat.validate(prof), Code.UNREACHABLE_DEPENDENCY)
+        assert issue.operation_id == "guard"
+        assert f"depends on 'top', which depends on 'lookup' ({why})" in issue.message
+        assert f"every run on {on} would fail" in issue.message
+
+
+def test_a_long_chain_of_operations_that_can_run_is_valid() -> None:
+    ids = [f"op{i}" for i in range(3_000)]
+    entries = [op(ids[0])] + [op(i, depends_on=[prev]) for prev, i in pairwise(ids)]
+    entries[-1] = _with(entries[-1], required=True)
+    assert compute_catalog(*ids).validate(profile(*entries)) == []
 
 
 def test_optional_or_disabled_dependants_of_operations_that_cannot_run_are_valid() -> None:

@@ -17,6 +17,7 @@ from opsrun.model import (
     ContentFormat,
     DurableRetention,
     FailedType,
+    OperationDefinition,
     OperationProfileSessionKey,
     OperationResult,
     OperationStatus,
@@ -28,7 +29,7 @@ from opsrun.model import (
     UserVariant,
     WindowRetention,
 )
-from opsrun.operations import OperationCatalog, OperationContext
+from opsrun.operations import Operation, OperationCatalog, OperationContext
 from opsrun.runner import Runner
 from opsrun.runner._artifacts import next_artifact
 from opsrun.stores import InMemoryRunStore, InMemoryStores
@@ -396,3 +397,28 @@ def test_a_first_write_without_settings_gets_the_defaults() -> None:
         "intermediate",
         ContentFormat.TEXT,
     )
+
+
+class Echo(Operation):
+    """A user kind with no params model: its tag comes from the profile's params."""
+
+    def __init__(self, definition: OperationDefinition) -> None:
+        self.definition = definition
+
+    async def execute(self, ctx: OperationContext) -> OperationResult:
+        return OperationResult.done(artifact=ctx.write("echo"))
+
+
+async def test_a_kind_without_a_params_model_writes_the_tag_its_raw_params_name() -> None:
+    catalog = OperationCatalog(kinds={"echo": Echo})
+    catalog.add_definition(OperationDefinition(operation_id="e1", name="E1", kind="echo"))
+    stores = InMemoryStores()
+    params = {"writeArtifact": {"tag": "shout", "persisted": True}}
+    await use_profile(stores, op("e1", A, params=params))
+    profile = await stores.profiles.get_profile("p")
+    assert catalog.validate(profile) == []
+    result = await make_runner(stores=stores, catalog=catalog).run(generate())
+    assert result.operation("e1").status == OperationStatus.DONE
+    written = await stored(stores, "shout")
+    assert written is not None
+    assert written.value == "echo"

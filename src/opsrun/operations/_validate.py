@@ -65,6 +65,7 @@ def validate_profile(
             if tag is not None:
                 writers.setdefault(tag, []).append(op_id)
         _check_dependencies(entry, entries, add)
+    _check_chains(entries, add)
     _check_writers(writers, add)
     graph = {
         op_id: [d for d in entry.config.depends_on if d in entries and d != op_id]
@@ -235,6 +236,20 @@ def _check_params(
         return None
 
 
+def params_write_tag(params: Any) -> str | None:
+    """The tag an operation's params say it writes (``writeArtifact.tag``): from a
+    params model's ``write_artifact``, or from raw params (an operation without a params
+    model); None when they name none."""
+    spec = getattr(params, "write_artifact", None)
+    if spec is not None:
+        tag = getattr(spec, "tag", None)
+        return tag if isinstance(tag, str) else None
+    if isinstance(params, Mapping) and isinstance(params.get("writeArtifact"), Mapping):
+        raw = params["writeArtifact"].get("tag")
+        return raw if isinstance(raw, str) else None
+    return None
+
+
 def _write_tag(
     entry: ProfileOperation,
     definition: OperationDefinition,
@@ -242,13 +257,7 @@ def _write_tag(
     add: _Add,
 ) -> str | None:
     declared = definition.capabilities.write_tag
-    from_params: str | None = None
-    spec = getattr(params, "write_artifact", None)
-    if spec is not None:
-        from_params = spec.tag
-    elif params is None and isinstance(entry.config.params.get("writeArtifact"), dict):
-        raw = entry.config.params["writeArtifact"].get("tag")
-        from_params = raw if isinstance(raw, str) else None
+    from_params = params_write_tag(entry.config.params if params is None else params)
     op_id = entry.operation_id
     if declared is not None and from_params is not None and declared != from_params:
         add(
@@ -300,6 +309,96 @@ def _check_dependencies(
             )
         if entry.config.required and entry.config.enabled:
             _check_reachable(op_id, dep, entry.config, target.config, add)
+
+
+def _check_chains(entries: Mapping[str, ProfileOperation], add: _Add) -> None:
+    """A required operation whose dependency runs, but depends in turn (at any depth) on
+    one that cannot, would fail every run it is in (direct dependencies: see
+    :func:`_check_reachable`)."""
+    reach = _Reach(entries)
+    for op_id, entry in entries.items():
+        config = entry.config
+        if not (config.required and config.enabled):
+            continue
+        triggers = config.triggers if config.triggers is not None else tuple(Trigger)
+        for dep in dict.fromkeys(config.depends_on):
+            target = entries.get(dep)
+            if target is None or dep == op_id:
+                continue
+            found = {
+                t: reach.blocker(dep, t)
+                for t in triggers
+                if target.config.enabled and target.config.runs_on(t)
+            }
+            causes = {t: b for t, b in found.items() if b is not None and b != dep}
+            for cause in dict.fromkeys(causes.values()):
+                on = ", ".join(sorted(t.value for t, b in causes.items() if b == cause))
+                why = "disabled" if not entries[cause].config.enabled else f"not run on {on}"
+                add(
+                    Code.UNREACHABLE_DEPENDENCY,
+                    op_id,
+                    f"required {op_id!r} depends on {dep!r}, which depends on {cause!r} "
+                    f"({why}): every run on {on} would fail",
+                )
+
+
+class _Reach:
+    """Per operation and trigger: the first operation in its dependency chains (itself
+    first) that cannot run on that trigger, or None; each pair is worked out once."""
+
+    def __init__(self, entries: Mapping[str, ProfileOperation]) -> None:
+        self._entries = entries
+        self._memo: dict[tuple[str, Trigger], str | None] = {}
+
+    def _deps(self, op_id: str) -> list[str]:
+        deps = self._entries[op_id].config.depends_on
+        return [d for d in dict.fromkeys(deps) if d in self._entries and d != op_id]
+
+    def _cannot_run(self, op_id: str, trigger: Trigger) -> bool:
+        config = self._entries[op_id].config
+        return not config.enabled or not config.runs_on(trigger)
+
+    def blocker(self, root: str, trigger: Trigger) -> str | None:
+        """The first operation ``root``'s chains need that cannot run on ``trigger``.
+
+        Iterative (a chain may be thousands long); a cycle is not followed round (it is
+        a profile issue of its own).
+        """
+        memo = self._memo
+        if (root, trigger) in memo:
+            return memo[(root, trigger)]
+        if self._cannot_run(root, trigger):
+            memo[(root, trigger)] = root
+            return root
+        path, pending, on_path = [root], [iter(self._deps(root))], {root}
+        while path:
+            found: str | None = None
+            descend: str | None = None
+            for dep in pending[-1]:
+                if dep in on_path:
+                    continue
+                key = (dep, trigger)
+                if key in memo:
+                    found = memo[key]
+                elif self._cannot_run(dep, trigger):
+                    found = memo[key] = dep
+                else:
+                    descend = dep
+                if found is not None or descend is not None:
+                    break
+            if found is not None:
+                for node in path:
+                    memo[(node, trigger)] = found
+                return found
+            if descend is not None:
+                path.append(descend)
+                pending.append(iter(self._deps(descend)))
+                on_path.add(descend)
+                continue
+            memo[(path[-1], trigger)] = None
+            on_path.discard(path.pop())
+            pending.pop()
+        return None
 
 
 def _check_reachable(

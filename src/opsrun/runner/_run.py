@@ -38,6 +38,7 @@ from ..model import (
 )
 from ..model._build import Builder, replaced
 from ..operations import OperationCatalog, RunMeta
+from ..operations._validate import params_write_tag
 from ..ports import RunStore
 from ._context import Cancellation, RunContext
 from ._eager import drive, start
@@ -296,8 +297,7 @@ class RunDriver:
         implementation = catalog.implementation(operation_id)
         definition = implementation.definition  # what ``catalog[operation_id]`` is
         params = catalog.parse_params(operation_id, config.params)
-        spec = getattr(params, "write_artifact", None)
-        write_tag = definition.capabilities.write_tag or (spec.tag if spec else None)
+        write_tag = definition.capabilities.write_tag or params_write_tag(params)
         planned = []
         for hook in config.hooks:
             e = OpExec(definition, config, hook, implementation, params, write_tag)
