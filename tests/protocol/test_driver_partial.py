@@ -226,6 +226,35 @@ async def test_v1_answer_asking_for_context_gets_another_round(tmp_path: Path) -
     assert await driver.state.load() is None
 
 
+async def test_a_first_answer_in_v1_that_asks_for_context_keeps_its_rounds_on_v1(
+    tmp_path: Path,
+) -> None:
+    """The model answered the v2 prompt in v1 form, asking to read a file: the next round
+    asks for v1, and its v1 answer applies."""
+    (tmp_path / "f1.py").write_text("x1 = 1\n")
+    ask = json.dumps(
+        {
+            "proposed_changes": {"actions": []},
+            "summary": "need f1",
+            "context_requests": [{"type": "read_file", "path": "f1.py"}],
+        }
+    )
+    edit = json.dumps(
+        {
+            "proposed_changes": {
+                "actions": [{"kind": "UPDATE_FILE", "path": "f1.py", "content": "x1 = 2\n"}]
+            },
+            "summary": "set x1",
+        }
+    )
+    provider = ScriptedProvider([ask, edit], default=None)
+    result = await make(tmp_path, provider).turn("apply: change x1")
+    assert (result.status, result.error_code) == ("applied", None)
+    assert (tmp_path / "f1.py").read_text() == "x1 = 2\n"
+    assert [is_v1(r) for r in provider.requests] == [False, True]
+    assert "FILE[f1.py]" in provider.requests[-1].messages[1].content
+
+
 async def test_v1_answer_asking_for_context_with_no_rounds_left_is_not_no_changes(
     tmp_path: Path,
 ) -> None:

@@ -461,6 +461,8 @@ class _Turn:
             outcome = await self.attempt(round_, version, fallback_possible=fallback_possible)
             if not (isinstance(outcome, Accepted) and outcome.more_context):
                 return outcome, round_
+            if outcome.plan.version < version:  # the model answered in v1: its rounds stay v1
+                version, fallback_possible = outcome.plan.version, False
             await self.next_round(self.gather.new(outcome.plan.context_requests))
 
     async def widen(self, round_: Round) -> None:
