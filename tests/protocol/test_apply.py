@@ -67,6 +67,32 @@ def test_apply_changes_every_kind_and_undo_restores(project: Path) -> None:
     assert info.value.code == "ERR_NOTHING_TO_UNDO"
 
 
+def create(path: str, content: str) -> Plan:
+    return plan_of(Action(kind=ActionKind.CREATE_FILE, path=path, content=content))
+
+
+def test_an_apply_that_rolled_back_leaves_the_last_commit_to_undo(project: Path) -> None:
+    before = picture(project)
+    apply_plan(create("t1.txt", "1\n"), project)
+    after_t1 = picture(project)
+    for _ in range(2):  # two failed applies in a row
+        assert error_code(project, create("t2.txt", "2\n"), check=lambda root: False) == (
+            "ERR_CHECK_FAILED"
+        )
+        assert picture(project) == after_t1
+    assert undo(project).outcome == "undone"
+    assert picture(project) == before
+    with pytest.raises(ApplyError) as again:
+        undo(project)
+    assert again.value.code == "ERR_NOTHING_TO_UNDO"
+    apply_plan(create("t3.txt", "3\n"), project)  # a new commit is the one to undo now
+    assert error_code(project, create("t4.txt", "4\n"), check=lambda root: False) == (
+        "ERR_CHECK_FAILED"
+    )
+    assert undo(project).outcome == "undone"
+    assert picture(project) == before
+
+
 def test_preview_lists_diffs_and_writes_nothing(project: Path) -> None:
     before = picture(project)
     items = preview_plan(sample_plan(project), project)

@@ -44,6 +44,9 @@ __all__ = ["Journal", "RollbackReport", "TransactionOutcome", "recover", "undo"]
 
 JOURNAL_DIR = ".opsrun"
 _CURRENT = f"{JOURNAL_DIR}/current"
+_COMMITTED = f"{JOURNAL_DIR}/committed"
+"""The last committed transaction when a later one is current: the one undo reverts
+while the current one rolled back."""
 _LOCK = f"{JOURNAL_DIR}/lock"
 _TX = f"{JOURNAL_DIR}/tx"
 _SAVED = f"{JOURNAL_DIR}/saved"
@@ -334,15 +337,33 @@ def begin(
         )
     journal.manifest = journal.manifest.model_copy(update={"entries": entries})
     journal.set_status("prepared")
+    committed = _last_committed(tree, lock_fd)
+    pointer = b"" if committed is None else committed.encode()
+    tree.write(_COMMITTED, pointer, 0o600, temp=journal.temp_name(), journal=True)
     tree.write(_CURRENT, tx_id.encode(), 0o600, temp=journal.temp_name(), journal=True)
-    _prune(tree, keep=tx_id)
+    _prune(tree, keep={tx_id, committed})
     return journal
 
 
-def _prune(tree: Tree, keep: str) -> None:
+def _last_committed(tree: Tree, lock_fd: int) -> str | None:
+    """The transaction undo reverts while no later one commits: the current one when it
+    committed; after one that rolled back, the committed one before it."""
+    current = _open(tree, lock_fd)
+    if current is None:
+        return None
+    if current.manifest.status == "committed":
+        return current.tx_id
+    if current.manifest.status == "rolled_back":
+        before = _open(tree, lock_fd, pointer=_COMMITTED)
+        if before is not None and before.manifest.status == "committed":
+            return before.tx_id
+    return None
+
+
+def _prune(tree: Tree, keep: set[str | None]) -> None:
     """Remove the journals of older transactions (best effort: leftovers are harmless)."""
     for name in tree.listdir(_TX, journal=True):
-        if name == keep:
+        if name in keep:
             continue
         try:
             for sub, _ in reversed(tree.walk(f"{_TX}/{name}", journal=True)):
@@ -572,11 +593,14 @@ def _fingerprint_at(tree: Tree, path: str) -> str:
         raise
 
 
-def _open(tree: Tree, lock_fd: int) -> Journal | None:
-    current = tree.state(_CURRENT, journal=True)
+def _open(tree: Tree, lock_fd: int, *, pointer: str = _CURRENT) -> Journal | None:
+    """The journal of the transaction ``pointer`` names (the current one by default)."""
+    current = tree.state(pointer, journal=True)
     if current.kind != "file" or not current.data:
         return None
     tx_id = current.data.decode("ascii", "replace").strip()
+    if not tx_id.isalnum():
+        return None
     raw = tree.state(f"{_TX}/{tx_id}/manifest.json", journal=True)
     if raw.kind != "file" or raw.data is None:
         return None
@@ -707,9 +731,13 @@ def undo(root: str | os.PathLike[str], *, fs: FileSystem | None = None) -> Trans
     Set-id bits are not restored from the journal: the files concerned are listed in
     ``TransactionOutcome.setid_cleared``.
 
+    The last committed transaction stays the one to undo after later ones that rolled
+    back (a failed check changes nothing); once it is undone, or another commits, the
+    one before it can no longer be undone.
+
     Raises:
-        ApplyError: ``ERR_NOTHING_TO_UNDO`` when the last transaction is not a
-            committed one; ``ERR_UNDO_CONFLICT`` when a touched path changed since, a
+        ApplyError: ``ERR_NOTHING_TO_UNDO`` when there is no committed transaction
+            since the last undo; ``ERR_UNDO_CONFLICT`` when a touched path changed since, a
             directory it created holds something it did not create, or a touched path
             holds something it did not write that undo would have to remove (a
             directory holding files where it had a file, a link, a special file; nothing
@@ -724,6 +752,19 @@ def undo(root: str | os.PathLike[str], *, fs: FileSystem | None = None) -> Trans
         lock_fd, _ = open_locked(tree)
         try:
             journal = _open(tree, lock_fd)
+            if journal is not None and journal.manifest.status == "rolled_back":
+                # A failed apply changed nothing: the last commit is still the one to undo.
+                # It becomes current again, so an undo cut short is found and finished.
+                before = _open(tree, lock_fd, pointer=_COMMITTED)
+                if before is not None and before.manifest.status == "committed":
+                    tree.write(
+                        _CURRENT,
+                        before.tx_id.encode(),
+                        0o600,
+                        temp=before.temp_name(),
+                        journal=True,
+                    )
+                    journal = before
             if journal is None or journal.manifest.status != "committed":
                 raise ApplyError(
                     "there is no committed transaction to undo",
