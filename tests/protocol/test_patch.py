@@ -256,6 +256,17 @@ def test_replace_range() -> None:
     assert replace_range("a\nb", 2, 2, "B\n") == "a\nB"
 
 
+def test_replace_range_keeps_a_byte_order_mark_in_front_of_the_first_line() -> None:
+    bom = b"\xef\xbb\xbfimport os\r\nx = 1\r\n"
+    assert replace_range(bom, 1, 1, "import sys\n") == "\ufeffimport sys\r\nx = 1\r\n"
+    assert replace_range(bom, 1, 1, "\ufeffimport sys\n") == "\ufeffimport sys\r\nx = 1\r\n"
+    assert replace_range(bom, 2, 2, "x = 2\n") == "\ufeffimport os\r\nx = 2\r\n"
+    assert replace_range(bom, 1, 2, "") == ""
+    with pytest.raises(PatchError) as info:
+        replace_range(bom, 3, 3, "x")
+    assert info.value.details["lines"] == 2
+
+
 @pytest.mark.parametrize(("start", "end"), [(0, 1), (2, 1), (1, 4), (-1, 2)])
 def test_replace_range_invalid(start: int, end: int) -> None:
     with pytest.raises(PatchError) as info:

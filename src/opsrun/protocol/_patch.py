@@ -157,13 +157,18 @@ def replace_range(
     """Replace lines ``start_line..end_line`` (1-based, inclusive) with ``content``.
 
     The new lines take the file's line ending; the file's final-newline state is
-    kept when the range reaches the end of the file.
+    kept when the range reaches the end of the file, and a UTF-8 byte order mark stays
+    in front of the first line (as for patches; one in ``content`` is dropped there).
 
     Raises:
         PatchError: ``ERR_RANGE_INVALID`` when the range is empty, reversed or past
             the end of the file; ``ERR_NON_UTF8_FILE`` for non-UTF-8 bytes.
     """
-    lines = _Lines(decode_text(original, path=path))
+    text = decode_text(original, path=path)
+    if text.startswith("\ufeff"):
+        kept = replace_range(text[1:], start_line, end_line, content, path=path)
+        return "\ufeff" + kept.removeprefix("\ufeff") if kept else kept
+    lines = _Lines(text)
     count = len(lines.raw)
     if not (1 <= start_line <= end_line <= count):
         raise PatchError(
