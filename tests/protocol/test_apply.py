@@ -71,6 +71,25 @@ def create(path: str, content: str) -> Plan:
     return plan_of(Action(kind=ActionKind.CREATE_FILE, path=path, content=content))
 
 
+@pytest.mark.parametrize(
+    ("umask", "file_mode", "dir_mode"), [(0o077, 0o600, 0o700), (0o002, 0o664, 0o775)]
+)
+def test_new_files_and_directories_follow_the_umask(
+    tmp_path: Path, umask: int, file_mode: int, dir_mode: int
+) -> None:
+    plan = plan_of(
+        Action(kind=ActionKind.CREATE_FILE, path="new/x.txt", content="x\n"),
+        Action(kind=ActionKind.CREATE_DIR, path="d"),
+    )
+    old = os.umask(umask)
+    try:
+        apply_plan(plan, tmp_path)
+    finally:
+        os.umask(old)
+    modes = {p: os.stat(tmp_path / p).st_mode & 0o777 for p in ("new", "new/x.txt", "d")}
+    assert modes == {"new": dir_mode, "new/x.txt": file_mode, "d": dir_mode}
+
+
 def test_an_apply_that_rolled_back_leaves_the_last_commit_to_undo(project: Path) -> None:
     before = picture(project)
     apply_plan(create("t1.txt", "1\n"), project)

@@ -140,6 +140,21 @@ class PathState:
     """``(uid, gid)`` of what is there, when known."""
 
 
+def process_umask() -> int:
+    """The process's file mode creation mask, read without changing it where the system
+    says it (Linux's ``/proc/self/status``); elsewhere set and restored at once."""
+    with (
+        contextlib.suppress(OSError, ValueError, IndexError),
+        open("/proc/self/status", encoding="ascii", errors="replace") as status,
+    ):
+        for line in status:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def _split(path: str) -> list[str]:
     segments = path.replace("\\", "/").split("/")
     if path.startswith(("/", "\\")) or (len(path) > 1 and path[1] == ":"):
@@ -216,7 +231,7 @@ class Tree:
                         self.fs.close(fd)
                         return None
                     with contextlib.suppress(FileExistsError):  # made meanwhile: opened below
-                        self.fs.mkdir(segment, 0o755, dir_fd=fd)
+                        self.fs.mkdir(segment, 0o777, dir_fd=fd)  # the umask applies
                 elif stat.S_ISLNK(st.st_mode):
                     raise _symlink(path, where)
                 elif not stat.S_ISDIR(st.st_mode):

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from opsrun.errors import OpsrunError, PlanError
 
 from ._events import PlanEventSink, emit
-from ._fs import FileSystem, PathState, Tree
+from ._fs import FileSystem, PathState, Tree, process_umask
 from ._limits import PathPolicy, PlanLimits, Violation
 from ._patch import apply_patch_detailed, check_base_sha256, decode_text, replace_range
 from ._patch_place import HunkPlacement, PatchTolerance, check_tolerance
@@ -29,7 +29,6 @@ from ._validate import validate_plan
 __all__ = ["DiffItem", "plan_changes", "preview_plan"]
 
 _K = ActionKind
-_NEW_FILE_MODE = 0o644
 
 
 class DiffItem(BaseModel):
@@ -122,13 +121,14 @@ def plan_changes(tree: Tree, plan: Plan, *, tolerance: PatchTolerance = "exact")
     """
     current: dict[str, PathState] = {}
     changes: list[Change] = []
+    umask = process_umask()  # new files and directories get the modes the process would
     for index, action in canonical_order(plan):
         before = current.get(action.path) or tree.state(action.path)
         if action.kind in (_K.UPDATE_FILE, _K.PATCH_FILE, _K.REPLACE_RANGE):
             after, hunks = _edit(index, action, before, tolerance)
             changes.append(Change(index, action, before, after, (), hunks))
         else:
-            after, removed = _resolve(tree, index, action, before)
+            after, removed = _resolve(tree, index, action, before, umask)
             changes.append(Change(index, action, before, after, removed))
         current[action.path] = after
     return changes
@@ -145,7 +145,7 @@ def _edit(
 
 
 def _resolve(
-    tree: Tree, index: int, action: Action, before: PathState
+    tree: Tree, index: int, action: Action, before: PathState, umask: int
 ) -> tuple[PathState, tuple[tuple[str, PathState], ...]]:
     """Return the new state of the action's path and, for DELETE_DIR, the removed subtree.
 
@@ -155,13 +155,13 @@ def _resolve(
     if kind is _K.CREATE_DIR:
         if before.kind == "file":
             raise _fail("ERR_TARGET_TYPE", "a file is in the way", index, action)
-        return (before if before.kind == "dir" else PathState("dir", 0o755)), ()
+        return (before if before.kind == "dir" else PathState("dir", 0o777 & ~umask)), ()
     if kind is _K.CREATE_FILE:
         if action.content is None:
             raise _fail("ERR_CONTENT_REQUIRED", "CREATE_FILE needs content", index, action)
         if before.kind != "none":
             raise _fail("ERR_CREATE_EXISTS", f"a {before.kind} already exists", index, action)
-        return PathState("file", _NEW_FILE_MODE, action.content.encode("utf-8")), ()
+        return PathState("file", 0o666 & ~umask, action.content.encode("utf-8")), ()
     if kind is _K.DELETE_FILE:
         if before.kind == "dir":
             raise _fail("ERR_TARGET_TYPE", "it is a directory", index, action)
