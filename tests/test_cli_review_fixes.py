@@ -141,7 +141,15 @@ def test_check_of_non_utf8_stdin_reports_invalid_json(tmp_path: Path) -> None:
         ["plan", "check", "-", "--root", str(project(tmp_path))], stdin=strict_stdin(LATIN1_PLAN)
     )
     assert (code, err) == (1, "")
-    assert "ERR_INVALID_JSON" in out
+    assert "ERR_INVALID_JSON answer is not valid UTF-8 at byte 63" in out
+
+
+def test_check_of_a_non_utf8_file_says_where_it_is_not_utf8(tmp_path: Path) -> None:
+    answer = tmp_path / "answer.json"
+    answer.write_bytes(LATIN1_PLAN)
+    code, out, err = run(["plan", "check", str(answer)])
+    assert (code, err) == (1, "")
+    assert "ERR_INVALID_JSON answer is not valid UTF-8 at byte 63" in out
 
 
 def test_apply_of_non_utf8_stdin_is_a_usage_error(

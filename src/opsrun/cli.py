@@ -121,9 +121,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, Any]:
     return parser, plan_commands
 
 
-def _read_input(name: str, stdin: TextIO) -> str:
-    """The answer's text from ``name`` (``-``: stdin), bad UTF-8 kept for the parser to
-    report (as ``ERR_INVALID_JSON``).
+def _read_input(name: str, stdin: TextIO) -> str | bytes:
+    """The answer from ``name`` (``-``: stdin): its bytes where they can be had, so bad
+    UTF-8 reaches the parser to report (``ERR_INVALID_JSON``, "not valid UTF-8 at byte …").
 
     Raises:
         _UsageError: the file cannot be read.
@@ -131,14 +131,13 @@ def _read_input(name: str, stdin: TextIO) -> str:
     if name == "-":
         buffer = getattr(stdin, "buffer", None)
         if buffer is not None:
-            # Bytes, decoded as a file is: a strict UTF-8 stdin would raise mid-read.
-            return str(buffer.read().decode("utf-8", errors="surrogateescape"))
+            return bytes(buffer.read())  # a strict UTF-8 stdin would raise mid-read
         try:
             return stdin.read()
         except UnicodeDecodeError as exc:
             raise _UsageError(f"opsrun: cannot read standard input: {exc}") from exc
     try:
-        with open(name, encoding="utf-8", errors="surrogateescape") as handle:
+        with open(name, "rb") as handle:
             return handle.read()
     except OSError as exc:
         raise _UsageError(f"opsrun: cannot read {name}: {exc.strerror or exc}") from exc
