@@ -33,7 +33,11 @@ class AppendAfterLastUser(Model):
 
 
 class SystemUpdate(Model):
-    """Prepend to, append to, or replace the system prompt."""
+    """Prepend to, append to, or replace the system prompt.
+
+    Raises:
+        pydantic.ValidationError: ``mode`` is not ``prepend``, ``append`` or ``replace``.
+    """
 
     type: Literal["prompt.system_update"] = "prompt.system_update"
     mode: Literal["prepend", "append", "replace"]
@@ -48,7 +52,11 @@ class SystemUpdate(Model):
 
 
 class InsertAtDepth(Model):
-    """Insert a prompt-only message at a depth counted in history messages from the end."""
+    """Insert a prompt-only message at a depth counted in history messages from the end.
+
+    Raises:
+        pydantic.ValidationError: ``depth_from_end`` is above 0, or a field is invalid.
+    """
 
     type: Literal["prompt.insert_at_depth"] = "prompt.insert_at_depth"
     depth_from_end: int = Field(le=0)

@@ -24,7 +24,11 @@ class OperationCapabilities(Model):
 
 
 class OperationDefinition(Model):
-    """What an operation is: identity and dispatch. Lives in a catalog."""
+    """What an operation is: identity and dispatch. Lives in a catalog.
+
+    Raises:
+        pydantic.ValidationError: a field is invalid (an empty ``operation_id``…).
+    """
 
     operation_id: str = Field(min_length=1)
     """Stable id, e.g. ``builtin:world_state_update``."""
@@ -47,7 +51,13 @@ class DebugConfig(Model):
 
 
 class OperationConfig(Model):
-    """How an operation is configured in one profile."""
+    """How an operation is configured in one profile.
+
+    Raises:
+        pydantic.ValidationError: a field is invalid: no ``hooks`` or a repeated one,
+            an ``order`` that is not a finite number, ``params`` nested too deep
+            (``json_too_deep``) or holding NaN (``json_not_finite``).
+    """
 
     enabled: bool = True
     """Disabled operations are recorded as ``skipped(disabled)``."""
@@ -85,7 +95,11 @@ class OperationConfig(Model):
 
 
 class ProfileOperation(Model):
-    """One entry of a profile: an operation id and its configuration."""
+    """One entry of a profile: an operation id and its configuration.
+
+    Raises:
+        pydantic.ValidationError: a field is invalid.
+    """
 
     operation_id: str
     """Refers to an OperationDefinition in the catalog."""
@@ -97,6 +111,11 @@ class OperationProfile(Model):
     """A stored set of configured operations.
 
     The profile only stores configuration; the runner plans and executes it.
+
+    Raises:
+        pydantic.ValidationError: a field is invalid (an id holding NUL or a lone
+            surrogate: ``nul_character``, ``surrogate_character``); what the catalog
+            checks (unknown operations, cycles…) is :meth:`OperationCatalog.validate`'s.
     """
 
     profile_id: str

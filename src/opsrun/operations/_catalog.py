@@ -23,6 +23,9 @@ class OperationCatalog(Mapping[str, OperationDefinition]):
     ``params_model``. ``kinds`` maps a kind name to a factory used by
     :meth:`add_definition` for operations implemented generically by their kind (see
     :func:`opsrun.kinds.builtin_kinds`).
+
+    Raises:
+        ConfigError: an operation given at construction cannot be added (see :meth:`add`).
     """
 
     def __init__(
