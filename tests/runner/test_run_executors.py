@@ -22,10 +22,11 @@ from opsrun.model import (
     OperationStatus,
     ProfileOperation,
     RunRequest,
+    RunResult,
     RunStatus,
     Trigger,
 )
-from opsrun.operations import OperationCatalog, OperationContext, SyncOperation
+from opsrun.operations import AbortSignal, OperationCatalog, OperationContext, SyncOperation
 from opsrun.runner import InProcessExecutor, ThreadExecutor
 from opsrun.stores import InMemoryStores
 
@@ -216,3 +217,108 @@ async def test_custom_executor_sees_every_execution() -> None:
     executor = Recording()
     await make_runner(stores=stores, catalog=catalog, executor=executor).run(GENERATE)
     assert executor.seen == ["a"]
+
+
+class _Fatal(BaseException):
+    """What no operation may raise: it fails the run."""
+
+
+@pytest.mark.parametrize("fatal_first", [False, True], ids=["fatal-spawned", "fatal-driven"])
+async def test_a_fatal_error_in_any_operation_stops_its_running_siblings(
+    fatal_first: bool,
+) -> None:
+    catalog = OperationCatalog()
+    never = anyio.Event()
+
+    @catalog.function("waits", name="Waits")
+    async def _waits(ctx: OperationContext) -> OperationResult:
+        await never.wait()  # only a cancellation ends it
+        return OperationResult.done()
+
+    @catalog.function("fatal", name="Fatal")
+    async def _fatal(ctx: OperationContext) -> OperationResult:
+        await anyio.lowlevel.checkpoint()
+        raise _Fatal("fatal")
+
+    stores = InMemoryStores()
+    first, second = ("fatal", "waits") if fatal_first else ("waits", "fatal")
+    await stores.profiles.save_profile(
+        OperationProfile(
+            profile_id="p",
+            name="P",
+            operation_profile_session_id="s1",
+            operations=(
+                ProfileOperation(operation_id=first, config=OperationConfig(hooks=(B,), order=1)),
+                ProfileOperation(operation_id=second, config=OperationConfig(hooks=(B,), order=2)),
+            ),
+        )
+    )
+    runner = make_runner(stores=stores, catalog=catalog)
+    with anyio.fail_after(30), pytest.raises(_Fatal):  # not forever: the waiter is stopped
+        await runner.run(GENERATE)
+    (run,) = (await stores.runs.list_runs("c")).items
+    result = await runner.result(run.run_id)
+    assert result.status == RunStatus.FAILED
+    assert result.operation("waits").status == OperationStatus.ABORTED
+
+
+class Gated(SyncOperation):
+    """A thread that says it started, then waits to be let go, then answers or raises."""
+
+    definition = OperationDefinition(operation_id="gated", name="Gated", kind="compute")
+
+    def __init__(self, *, raises: bool = False) -> None:
+        self.started = threading.Event()
+        self.go = threading.Event()
+        self.raises = raises
+
+    def run_sync(self, ctx: OperationContext) -> OperationResult:
+        self.started.set()
+        self.go.wait(30)
+        if self.raises:
+            raise RuntimeError("late")
+        return OperationResult.done()
+
+
+@pytest.mark.parametrize("executor", [InProcessExecutor, ThreadExecutor])
+async def test_a_thread_operation_the_run_aborted_is_recorded_aborted(
+    executor: Callable[[], Any],
+) -> None:
+    gated = Gated()
+    stores = InMemoryStores()
+    await profile_of(stores, "gated")
+    runner = make_runner(stores=stores, catalog=OperationCatalog([gated]), executor=executor())
+    signal = AbortSignal()
+    results: list[RunResult] = []
+
+    async def run() -> None:
+        results.append(await runner.run(GENERATE, abort=signal))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        await anyio.to_thread.run_sync(gated.started.wait, 30)
+        signal.abort()
+        await anyio.sleep(0.01)  # the abort is in before the thread answers
+        gated.go.set()
+    (result,) = results
+    assert result.status == RunStatus.ABORTED
+    assert result.operation("gated").status == OperationStatus.ABORTED
+
+
+@pytest.mark.parametrize("raises", [False, True], ids=["answers", "raises"])
+async def test_a_thread_operation_past_its_timeout_is_a_timeout_however_it_ends(
+    raises: bool,
+) -> None:
+    stores = InMemoryStores()
+    await profile_of(stores, "gated", timeout_ms=1)
+
+    class Slow(Gated):
+        def run_sync(self, ctx: OperationContext) -> OperationResult:
+            threading.Event().wait(0.05)  # longer than its timeout, then as Gated
+            return super().run_sync(ctx)
+
+    slow = Slow(raises=raises)
+    slow.go.set()
+    runner = make_runner(stores=stores, catalog=OperationCatalog([slow]))
+    result = await runner.run(GENERATE)
+    assert result.operation("gated").error_code == "timeout"

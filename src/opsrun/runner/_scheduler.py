@@ -66,15 +66,27 @@ class HookView:
 class _Spawned:
     """The operations of a hook that run as tasks: how many are still running."""
 
-    __slots__ = ("ended", "failure", "left")
+    __slots__ = ("ended", "failure", "hook", "left", "scopes")
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, hook: anyio.CancelScope) -> None:
         self.left = count
         self.ended = anyio.Event()
         """Set once every one of them ended."""
         self.failure: BaseException | None = None
         """What one of them raised that no operation may (not an ``Exception``, not a
         cancellation): the hook raises it once they ended."""
+        self.hook = hook
+        """The scope of the operation the hook's own task runs."""
+        self.scopes: set[anyio.CancelScope] = set()
+        """The scopes of the tasks still running."""
+
+    def fail(self, exc: BaseException) -> None:
+        """Keep the first failure and stop every operation of the hook still running,
+        as a failure in the hook's own task does."""
+        self.failure = self.failure or exc
+        self.hook.cancel()
+        for scope in self.scopes:
+            scope.cancel()
 
 
 class Scheduler:
@@ -139,7 +151,7 @@ class Scheduler:
                     if started is not None:
                         later = pending[index + 1 :]
                         if later:
-                            spawned = self._spawn(later, by_id, view, view.base)
+                            spawned = self._spawn(later, by_id, view, view.base, scope)
                         await drive(started)
                         break
                 if spawned is not None:
@@ -160,10 +172,11 @@ class Scheduler:
         by_id: dict[str, OpExec],
         view: HookView,
         artifacts: Mapping[str, Artifact],
+        hook: anyio.CancelScope,
     ) -> _Spawned:
         """Start ``operations`` as tasks of the run's task group."""
         assert self.tasks is not None, "the run's task group is open while hooks run"
-        spawned = _Spawned(len(operations))
+        spawned = _Spawned(len(operations), hook)
         for e in operations:
             self.tasks.start_soon(self._run_task, e, by_id, view, artifacts, spawned)
         return spawned
@@ -179,14 +192,17 @@ class Scheduler:
         """Run one operation in a task of its own, under a scope the run's abort cancels."""
         scope = anyio.CancelScope()
         self._cancellation.watch(scope)
+        spawned.scopes.add(scope)
         try:
             with scope:
                 await self._run_one(e, by_id, view, artifacts)
         except anyio.get_cancelled_exc_class():
             raise
         except BaseException as exc:  # raised by the hook, which goes no further
-            spawned.failure = spawned.failure or exc
+            spawned.scopes.discard(scope)
+            spawned.fail(exc)
         finally:
+            spawned.scopes.discard(scope)
             self._cancellation.unwatch(scope)
             spawned.left -= 1
             if not spawned.left:
@@ -259,14 +275,22 @@ class Scheduler:
                 message = f"the executor failed: {type(exc).__name__}: {exc}"
                 result, failure = None, error_of("executor_error", message)
             timeout_ms = e.config.timeout_ms
-            if failure is not None:
-                e.end(OperationStatus.ERROR, error=failure)
-            elif result is None or (timeout_ms and (e.duration_ms or 0.0) >= timeout_ms):
+            late = bool(timeout_ms) and (e.duration_ms or 0.0) >= (timeout_ms or 0)
+            if self._cancellation.aborted and e.status == OperationStatus.RUNNING:
+                # Aborted while it ran (a thread cannot be cancelled, and came back with
+                # its answer): left running, the run records it aborted.
+                return
+            if late or (failure is None and result is None):
+                # Past its timeout: a thread that came back later (with an answer or an
+                # error) is cut off like an async operation.
                 e.end(
                     OperationStatus.ERROR,
                     error=error_of("timeout", f"operation exceeded timeoutMs={timeout_ms}"),
                 )
+            elif failure is not None:
+                e.end(OperationStatus.ERROR, error=failure)
             else:
+                assert result is not None
                 self._accept(e, result)
         finally:
             # Ended once the status is settled (an abort leaves it running: aborted).
