@@ -322,3 +322,33 @@ async def test_a_thread_operation_past_its_timeout_is_a_timeout_however_it_ends(
     runner = make_runner(stores=stores, catalog=OperationCatalog([slow]))
     result = await runner.run(GENERATE)
     assert result.operation("gated").error_code == "timeout"
+
+
+@pytest.mark.parametrize("executor", [InProcessExecutor, ThreadExecutor])
+async def test_a_thread_operation_sees_its_own_timeout(executor: Callable[[], Any]) -> None:
+    """``remaining()`` and ``aborted`` work from the worker thread, on both backends'
+    clocks, so blocking work can stop at its timeout instead of running on."""
+    seen: list[tuple[float | None, bool]] = []
+
+    class Polling(SyncOperation):
+        definition = OperationDefinition(operation_id="polling", name="Polling", kind="compute")
+
+        def run_sync(self, ctx: OperationContext) -> OperationResult:
+            seen.append((ctx.remaining(), ctx.aborted))
+            gave_up = threading.Event()
+            while not ctx.aborted and not gave_up.wait(0.005):  # polls, as documented
+                pass
+            seen.append((ctx.remaining(), ctx.aborted))
+            return OperationResult.done()
+
+    stores = InMemoryStores()
+    await profile_of(stores, "polling", timeout_ms=100)
+    catalog = OperationCatalog([Polling()])
+    runner = make_runner(stores=stores, catalog=catalog, executor=executor())
+    with anyio.fail_after(30):
+        result = await runner.run(GENERATE)
+    assert result.operation("polling").error_code == "timeout"
+    (first, _), (last, last_aborted) = seen
+    assert first is not None
+    assert 0.0 <= first <= 0.1  # 0.0 when a loaded machine started the thread late
+    assert (last, last_aborted) == (0.0, True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic
@@ -189,16 +190,31 @@ class OperationContext(Generic[P]):
         """The operation's id."""
         return self.definition.operation_id
 
+    _until: float | None = field(default=None, init=False, repr=False, compare=False)
+    """``deadline`` on ``time.monotonic()``'s clock, which every thread can read."""
+
+    def __post_init__(self) -> None:
+        if self.deadline is not None:
+            try:
+                now = anyio.current_time()
+            except Exception:  # built outside an event loop: its clock is unknown
+                now = time.monotonic()
+            object.__setattr__(self, "_until", self.deadline - now + time.monotonic())
+
     @property
     def aborted(self) -> bool:
-        """True once the run was aborted; blocking operations should poll it."""
-        return self.abort.aborted
+        """True once the run was aborted or this execution's ``timeoutMs`` passed;
+        blocking operations should poll it (from their worker thread too)."""
+        if self.abort.aborted:
+            return True
+        return self._until is not None and time.monotonic() >= self._until
 
     def remaining(self) -> float | None:
-        """Seconds left before the deadline, or None without one."""
-        if self.deadline is None:
+        """Seconds left before this execution's ``timeoutMs`` runs out, or None without
+        one; readable from a worker thread too."""
+        if self._until is None:
             return None
-        return max(0.0, self.deadline - anyio.current_time())
+        return max(0.0, self._until - time.monotonic())
 
     def art(self, tag: str) -> Artifact | None:
         """Return ``art.<tag>`` if readable, else None."""
