@@ -352,3 +352,20 @@ async def test_a_thread_operation_sees_its_own_timeout(executor: Callable[[], An
     assert first is not None
     assert 0.0 <= first <= 0.1  # 0.0 when a loaded machine started the thread late
     assert (last, last_aborted) == (0.0, True)
+
+
+def test_one_thread_executor_serves_event_loops_of_both_backends_in_turn() -> None:
+    blocking = Blocking()
+    stores = InMemoryStores()
+    runner = make_runner(
+        stores=stores, catalog=OperationCatalog([blocking]), executor=ThreadExecutor()
+    )
+
+    async def turn(chat: str) -> OperationStatus:
+        await profile_of(stores, "blocking")
+        request = GENERATE.model_copy(update={"chat_id": chat})
+        return (await runner.run(request)).operation("blocking").status
+
+    statuses = [anyio.run(turn, f"c-{backend}", backend=backend) for backend in ("asyncio", "trio")]
+    assert statuses == [OperationStatus.DONE, OperationStatus.DONE]
+    assert len(blocking.threads) == 2

@@ -126,7 +126,6 @@ class ThreadExecutor:
         self.max_threads = max_threads
         self._inline = InProcessExecutor(limit=limit)
         self._threads = _Limit(max_threads)
-        self._limiter: anyio.CapacityLimiter | None = None
 
     def slot(self, operation: Operation[Any]) -> AbstractAsyncContextManager[object]:
         """A worker thread for a sync operation, an event-loop slot for an async one."""
@@ -140,10 +139,10 @@ class ThreadExecutor:
         """Run a sync operation in a worker thread, an async one in the loop."""
         if not isinstance(operation, SyncOperation):
             return await self._inline.execute(operation, ctx)
-        if self._limiter is None:
-            # As many threads as slots: a granted slot never waits for a thread.
-            self._limiter = anyio.CapacityLimiter(self.max_threads)
+        # The slot already bounds the threads: a limiter of its own per call never makes
+        # a granted slot wait for a thread (anyio's shared one may), and belongs to the
+        # event loop at hand (one executor may serve loops of both backends in turn).
         result: OperationResult = await anyio.to_thread.run_sync(
-            operation.run_sync, ctx, limiter=self._limiter
+            operation.run_sync, ctx, limiter=anyio.CapacityLimiter(1)
         )
         return result
