@@ -109,3 +109,24 @@ def test_a_netrc_entry_is_held_until_its_password() -> None:
         joined = "".join(stream(DEFAULT_REDACTOR, pieces))
         assert joined == DEFAULT_REDACTOR.redact(text)
         assert "s3cr3t" not in joined
+
+
+def test_a_stream_cut_off_inside_a_key_masks_the_word_still_arriving() -> None:
+    stream = StreamRedactor(DEFAULT_REDACTOR)
+    released = stream.feed("Use the key sk-proj-Zq8LmN3vXr7TyU2w")
+    rest = stream.flush(cut_off=True)
+    assert released + rest == "Use the key " + MASK
+    assert "Zq8L" not in released + rest
+
+
+def test_a_stream_cut_off_keeps_a_short_last_word_and_a_finished_one() -> None:
+    for text in ("The door op", "The door opens "):
+        stream = StreamRedactor(DEFAULT_REDACTOR)
+        assert stream.feed(text) + stream.flush(cut_off=True) == text
+
+
+def test_a_stream_cut_off_inside_a_pem_block_masks_it_from_its_header() -> None:
+    stream = StreamRedactor(DEFAULT_REDACTOR)
+    text = "Here:\n-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqh\nkiG9w0B\n"
+    out = stream.feed(text) + stream.flush(cut_off=True)
+    assert out == "Here:\n" + MASK

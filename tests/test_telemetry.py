@@ -22,6 +22,7 @@ from _support import A, B, op, use_profile
 from opsrun.errors import ConfigError, OperationFailed, ProviderError, RateLimited
 from opsrun.kinds import builtin_kinds
 from opsrun.model import (
+    MainLlmDelta,
     OperationDefinition,
     OperationResult,
     RunRequest,
@@ -31,6 +32,7 @@ from opsrun.model import (
 from opsrun.operations import AbortSignal, OperationCatalog, OperationContext, SyncOperation
 from opsrun.ports import LlmResponse, MainLlm, MainLlmDone
 from opsrun.providers import ProviderRegistry
+from opsrun.report import render_markdown
 from opsrun.runner import MainLlmRetry, Runner, ThreadExecutor
 from opsrun.stores import InMemoryStores
 from opsrun.telemetry import Telemetry
@@ -570,3 +572,36 @@ async def test_a_hook_with_many_operations_has_one_span_each() -> None:
 
 async def _done(ctx: OperationContext[Any]) -> OperationResult:
     return OperationResult.done()
+
+
+class CutOff:
+    """A main LLM whose reply breaks off inside a key: a provider error after two
+    deltas that hold only the start of the key."""
+
+    capabilities = ScriptedMainLlm().capabilities
+
+    def __init__(self) -> None:
+        self.requests: list[Any] = []
+
+    async def _reply(self) -> Any:
+        yield "Use the key sk-proj-Zq8LmN3v"
+        yield "Xr7TyU2w"
+        raise ProviderError("the connection broke", code="provider_unavailable")
+
+    def stream(self, request: Any) -> Any:
+        self.requests.append(request)
+        return self._reply()
+
+
+async def test_a_reply_cut_off_inside_a_key_records_none_of_it() -> None:
+    t = Traced(capture_content=True, main_llm=CutOff())
+    result = await t.run()
+    assert result.status == "failed"
+    events = await t.stores.runs.events(result.run.run_id)
+    deltas = "".join(e.text for e in events if isinstance(e, MainLlmDelta))
+    report = render_markdown(await t.runner.explain(result.run.run_id))
+    output = attribute(t.named("chat"), "gen_ai.output.messages")
+    for place in (deltas, result.run.main_llm.text or "", report, output):
+        assert "Zq8LmN3v" not in place
+    assert deltas == result.run.main_llm.text == "Use the key [REDACTED]"
+    assert json.loads(output)[0]["finish_reason"] == "provider_error"

@@ -267,6 +267,10 @@ _NEWEST_CUTS = 4
 _OVERFLOW_TAIL = 1024
 
 
+_CUT_WORD = 8
+"""A word cut off at least this long may be the start of a secret."""
+
+
 class StreamRedactor:
     """Masks secrets in text that arrives in pieces (a streamed reply).
 
@@ -320,11 +324,30 @@ class StreamRedactor:
             self._credit -= self._work - before
         return released
 
-    def flush(self) -> str:
-        """Return the redacted rest of the stream and reset."""
+    def flush(self, *, cut_off: bool = False) -> str:
+        """Return the redacted rest of the stream and reset.
+
+        With ``cut_off`` (the stream broke off: an error, an abort) a word of at least
+        8 characters that was still arriving is masked whole: it may be the start of a
+        key whose rest never came, which no rule recognises on its own; so is an
+        unterminated PEM block.
+        """
         pending = self._pending
         self._pending, self._starts, self._pem, self._credit = "", [], -1, 0
-        return self.redactor.redact(pending) if pending else ""
+        if not pending:
+            return ""
+        if cut_off:
+            cut = len(pending)
+            if not pending[-1].isspace():  # the word still arriving, when long enough
+                word = max(pending.rfind(" "), pending.rfind("\n"), pending.rfind("\t")) + 1
+                if cut - word >= _CUT_WORD:
+                    cut = word
+            pem = pending.rfind(_PEM_BEGIN)
+            if pem >= 0 and _PEM_END not in pending[pem:]:
+                cut = min(cut, pem)  # an unterminated PEM block, from its header
+            if cut < len(pending):
+                return self.redactor.redact(pending[:cut]) + MASK
+        return self.redactor.redact(pending)
 
     def _redact(self, text: str) -> str:
         self._work += len(text)

@@ -395,7 +395,8 @@ class Tracing:
         if response_id:
             span.set_attribute(GEN_AI_RESPONSE_ID, redactor.redact(response_id)[:_NAME_CHARS])
         if self.settings.capture_content and span.is_recording():
-            self._capture(span, redactor, messages, reply, provider_finish_reason)
+            # The provider's reason; else opsrun's (a call cut off by a deadline, an error).
+            self._capture(span, redactor, messages, reply, provider_finish_reason or finish_reason)
         if error is not None:
             self._fail(span, error.code, self._describe(error, redactor))
         span.end()

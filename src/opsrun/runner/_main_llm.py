@@ -117,9 +117,10 @@ async def call_main_llm(
         ended = early
         interrupted(early)
 
+    redacted: str | None = None
     try:
         reply = await _generate(ctx, emitter, cancellation, call, request, ended_early)
-        ended = reply.call
+        ended, redacted = reply.call, reply.redacted_text
     finally:
         tracing.deactivate(token)
         tracing.end_llm(
@@ -132,7 +133,7 @@ async def call_main_llm(
             usage=ended.usage,
             error=ended.error,
             messages=[(m.role, m.content) for m in request.messages],
-            reply=ended.text,
+            reply=ended.text if redacted is None else redacted,
         )
     return reply
 
@@ -332,6 +333,7 @@ async def _stream(
     """Stream the reply into ``result``, emitting redacted deltas; provider errors end
     up in the result."""
     deltas = StreamRedactor(ctx.redactor)  # a key split across deltas is masked whole
+    sent: list[str] = []  # the redacted deltas emitted
     scope = anyio.CancelScope()
     cancellation.watch(scope)
     try:
@@ -353,6 +355,7 @@ async def _stream(
                     released = deltas.feed(item)
                     if released:
                         result.streamed = True
+                        sent.append(released)
                         emitter.main_llm_delta(released)
             finally:
                 aclose = getattr(stream, "aclose", None)
@@ -375,14 +378,26 @@ async def _stream(
         result.reason = FinishReason.PROVIDER_ERROR
     finally:
         cancellation.unwatch(scope)
+    _flush(deltas, sent, result, emitter)
+    return result
+
+
+def _flush(deltas: StreamRedactor, sent: list[str], result: _Stream, emitter: EventEmitter) -> None:
+    """Release what ``deltas`` holds as the stream's last delta.
+
+    A reply that broke off may end inside a secret: its last word is masked whole, and
+    the run records the text as its deltas said it (redacting the raw text again would
+    not recognise the part of a key it holds).
+    """
     whole = not result.streamed  # nothing released yet: the flush releases it all
-    rest = deltas.flush()
+    cut_off = result.done is None or result.error is not None
+    rest = deltas.flush(cut_off=cut_off)
     if rest:
         result.streamed = True
+        sent.append(rest)
         emitter.main_llm_delta(rest)
-    if whole:
-        result.whole = rest
-    return result
+    if whole or cut_off:
+        result.whole = "".join(sent)
 
 
 def _outcome(
