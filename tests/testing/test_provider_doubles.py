@@ -27,6 +27,15 @@ from opsrun.testing import (
 pytestmark = pytest.mark.anyio
 
 
+MAIN = MainLlmRequest(
+    messages=(ProviderMessage(role="user", content="hi"),),
+    run_id="r",
+    chat_id="c",
+    user_message_id="u",
+    trigger=Trigger.GENERATE,
+)
+
+
 def request(text: str = "hello", model: str = "m") -> LlmRequest:
     return LlmRequest(messages=(ProviderMessage(role="user", content=text),), model=model)
 
@@ -60,7 +69,50 @@ async def test_scripted_raises_queued_exceptions_and_records_the_request() -> No
 async def test_scripted_without_default_fails_unexpected_calls() -> None:
     provider = ScriptedProvider(default=None)
     with pytest.raises(AssertionError, match="unexpected aux LLM call"):
-        await provider.complete(request())
+        await provider.complete(request("late"))
+    assert provider.unexpected == [request("late")]
+    main_llm = ScriptedMainLlm(default=None)
+    with pytest.raises(AssertionError, match="unexpected main LLM call"):
+        async for _ in main_llm.stream(MAIN):
+            pass
+    assert main_llm.unexpected == [MAIN]
+
+
+async def overlapping_ids(provider: ScriptedProvider | FunctionProvider) -> dict[str, str | None]:
+    """Request ids of a slow call and of a fast one made while the slow one waits."""
+    ids: dict[str, str | None] = {}
+
+    async def call(text: str) -> None:
+        ids[text] = (await provider.complete(request(text))).request_id
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call, "slow")
+        await anyio.sleep(0.01)
+        tg.start_soon(call, "fast")
+    return ids
+
+
+async def test_overlapping_calls_keep_their_own_request_ids() -> None:
+    async def later(req: LlmRequest) -> str:
+        await anyio.sleep(0.05 if req.messages[0].content == "slow" else 0)
+        return "x"
+
+    for provider in (ScriptedProvider([Delayed(0.05, "slow"), "fast"]), FunctionProvider(later)):
+        assert await overlapping_ids(provider) == {"slow": "test-1", "fast": "test-2"}
+
+
+@pytest.mark.parametrize("bad", [42, LlmResponse(text="x"), Delayed(0, "x")])
+async def test_a_main_llm_reply_of_another_type_names_the_allowed_ones(bad: object) -> None:
+    main_llm = ScriptedMainLlm([bad])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="str, MainLlmDone or an exception"):
+        async for _ in main_llm.stream(MAIN):
+            pass
+
+
+def test_a_single_string_is_not_a_list_of_replies() -> None:
+    for build in (ScriptedProvider, ScriptedMainLlm):
+        with pytest.raises(TypeError, match=r"use \['hello'\]"):
+            build("hello")
 
 
 async def test_delayed_replies_take_their_time() -> None:

@@ -48,6 +48,10 @@ class _Streaming(Closable):
             if self.delay:
                 await anyio.sleep(self.delay)
             raise reply
+        if not isinstance(reply, str | MainLlmDone):
+            raise TypeError(
+                f"a main LLM reply must be str, MainLlmDone or an exception, not {type(reply)}"
+            )
         done = reply if isinstance(reply, MainLlmDone) else MainLlmDone(text=reply)
         for chunk in _chunks(done.text, self.chunk_size):
             if self.delay:
@@ -74,8 +78,13 @@ class ScriptedMainLlm(_Streaming):
         capabilities: ProviderCapabilities | None = None,
     ) -> None:
         super().__init__(chunk_size=chunk_size, delay=delay, capabilities=capabilities)
+        if isinstance(replies, str):
+            raise TypeError(f"replies is a list of replies, not one string: use [{replies!r}]")
         self.replies: deque[Reply] = deque(replies)
         self.default = default
+        self.unexpected: list[MainLlmRequest] = []
+        """The requests that found the queue empty with ``default`` None (the runner
+        records the ``AssertionError`` they raised as the call's error: assert on this)."""
 
     def stream(self, request: MainLlmRequest) -> AsyncIterator[str | MainLlmDone]:
         """Record the request and stream the next reply.
@@ -90,6 +99,7 @@ class ScriptedMainLlm(_Streaming):
         if self.replies:
             return self._stream_reply(self.replies.popleft())
         if self.default is None:
+            self.unexpected.append(request)
             return self._stream_reply(AssertionError("unexpected main LLM call"))
         return self._stream_reply(self.default)
 

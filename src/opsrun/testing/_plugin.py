@@ -16,6 +16,7 @@ Fixtures:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -37,9 +38,12 @@ def opsrun_stores() -> InMemoryStores:
 
 
 @pytest.fixture
-def opsrun_provider() -> ScriptedProvider:
-    """A scripted aux LLM provider (providerRef ``"test"``) answering ``"OK"`` by default."""
-    return ScriptedProvider()
+def opsrun_provider() -> Iterator[ScriptedProvider]:
+    """A scripted aux LLM provider (providerRef ``"test"``) answering ``"OK"`` by default;
+    with ``default = None``, a call that finds its queue empty fails the test."""
+    provider = ScriptedProvider()
+    yield provider
+    _no_unexpected("aux LLM", provider.unexpected)
 
 
 @pytest.fixture
@@ -75,9 +79,12 @@ def opsrun_catalog(
 
 
 @pytest.fixture
-def opsrun_main_llm() -> ScriptedMainLlm:
-    """A scripted main LLM answering ``"OK"`` unless given replies."""
-    return ScriptedMainLlm()
+def opsrun_main_llm() -> Iterator[ScriptedMainLlm]:
+    """A scripted main LLM answering ``"OK"`` unless given replies; with
+    ``default = None``, a call that finds its queue empty fails the test."""
+    main_llm = ScriptedMainLlm()
+    yield main_llm
+    _no_unexpected("main LLM", main_llm.unexpected)
 
 
 @pytest.fixture
@@ -94,3 +101,12 @@ def opsrun_runner(
         clock=FakeClock(),
         ids=SequentialIds(),
     )
+
+
+def _no_unexpected(what: str, unexpected: list[Any]) -> None:
+    """Fail the test (at teardown) when a scripted double was called past its queue."""
+    if unexpected:
+        pytest.fail(
+            f"{len(unexpected)} unexpected {what} call(s): the queue was empty and default is None",
+            pytrace=False,
+        )

@@ -85,7 +85,9 @@ class _Recorder(Closable):
         """How many times ``complete`` was called."""
         return len(self.requests)
 
-    async def _deliver(self, reply: Any, request: LlmRequest) -> LlmResponse:
+    async def _deliver(self, reply: Any, request: LlmRequest, number: int) -> LlmResponse:
+        """``reply`` to call ``number`` (its request id ``test-<number>``, taken when the
+        call came in, so calls that overlap keep theirs)."""
         while isinstance(reply, Delayed):
             await anyio.sleep(reply.seconds)
             reply = reply.reply
@@ -93,7 +95,7 @@ class _Recorder(Closable):
             raise reply
         if not isinstance(reply, str | LlmResponse):
             raise TypeError(f"a provider reply must be str or LlmResponse, not {type(reply)}")
-        return _to_response(reply, request, f"test-{len(self.requests)}")
+        return _to_response(reply, request, f"test-{number}")
 
 
 class ScriptedProvider(_Recorder):
@@ -118,8 +120,11 @@ class ScriptedProvider(_Recorder):
         capabilities: ProviderCapabilities | None = None,
     ) -> None:
         super().__init__(capabilities)
-        self.replies: deque[ProviderReply] = deque(replies)
+        self.replies: deque[ProviderReply] = deque(_listed(replies))
         self.default = default
+        self.unexpected: list[LlmRequest] = []
+        """The requests that found the queue empty with ``default`` None (the runner
+        records the ``AssertionError`` they raised as the call's error: assert on this)."""
 
     def push(self, *replies: ProviderReply) -> None:
         """Queue more replies."""
@@ -133,11 +138,13 @@ class ScriptedProvider(_Recorder):
         """
         self._check_open()
         self.requests.append(request)
+        number = len(self.requests)
         if self.replies:
-            return await self._deliver(self.replies.popleft(), request)
+            return await self._deliver(self.replies.popleft(), request, number)
         if self.default is None:
+            self.unexpected.append(request)
             raise AssertionError("unexpected aux LLM call: the ScriptedProvider queue is empty")
-        return await self._deliver(self.default, request)
+        return await self._deliver(self.default, request, number)
 
 
 ProviderFn: TypeAlias = Callable[
@@ -169,10 +176,11 @@ class FunctionProvider(_Recorder):
         """
         self._check_open()
         self.requests.append(request)
+        number = len(self.requests)
         reply: Any = self.fn(request)
         if inspect.isawaitable(reply):
             reply = await reply
-        return await self._deliver(reply, request)
+        return await self._deliver(reply, request, number)
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,3 +260,14 @@ class StaticCredentials:
 
     def __repr__(self) -> str:
         return f"StaticCredentials(refs={sorted(self.secrets)!r})"
+
+
+def _listed(replies: Iterable[Any]) -> Iterable[Any]:
+    """``replies``, refused when it is a single string (``["hello"]`` was meant).
+
+    Raises:
+        TypeError: ``replies`` is a ``str``.
+    """
+    if isinstance(replies, str):
+        raise TypeError(f"replies is a list of replies, not one string: use [{replies!r}]")
+    return replies
