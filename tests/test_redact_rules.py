@@ -226,8 +226,19 @@ RULES: dict[str, tuple[TokenSamples, list[str]]] = {
             ("refresh_token: 'r3fr3sh-t0ken-value'", "r3fr3sh-t0ken-value"),
             ("{'password': \"it's-a-s3cret\"}", "it's-a-s3cret"),
             ("password=" + "x" * 2000, "x" * 2000),
+            # A quote or closing bracket inside a bare value does not end it.
+            ("password=it's-a-secret-9Kq", "it's-a-secret-9Kq"),
+            ("api_key=abc123)def456ghi", "abc123)def456ghi"),
+            ("token=Tr0ub4>dor]3xQz9}k", "Tr0ub4>dor]3xQz9}k"),
         ],
-        ["max_tokens=100", "max_token=100", "tokens: 512", "passwords must match", "password: "],
+        [
+            "max_tokens=100",
+            "max_token=100",
+            "tokens: 512",
+            "passwords must match",
+            "password: ",
+            "password=get(x).strip()",
+        ],
     ),
 }
 

@@ -258,8 +258,11 @@ _DQ_BODY = r"(?:[^\"\\\n]|\\(?!\\{0,3}\"))+"
 # (\" \\ \n) belongs to it and only a plain quote ends it, so masking keeps it a string.
 _JSON_BODY = r"(?:[^\"\\\n]|\\[^\n])+"
 _SQ_BODY = r"(?:[^'\\\n]|\\(?!\\{0,3}'))+"
-# A bare value does not open a bracket or an object ({"password": {…}}, {{ var }}).
-_BARE_BODY = r"[^\s\"',;&<>(){}\[\]\\=][^\s\"',;&<>)}\]\\]*"
+# A bare value does not open a bracket or an object ({"password": {…}}, {{ var }}). A quote
+# or a closing bracket inside it, with more of the value after it (it's-a-secret,
+# abc)def), does not end it; one that ends the value (f(password=x)) does.
+_BARE_CHAR = r"[^\s\"',;&<>)}\]\\]"
+_BARE_BODY = rf"[^\s\"',;&<>(){{}}\[\]\\=](?:{_BARE_CHAR}|['>)}}\]](?={_BARE_CHAR}))*"
 
 
 def _rule(
