@@ -204,13 +204,7 @@ async def test_doubles_close_like_the_real_adapters() -> None:
 
 
 async def test_main_llm_doubles_close_and_then_fail_while_streaming() -> None:
-    main_request = MainLlmRequest(
-        messages=(ProviderMessage(role="user", content="hi"),),
-        run_id="r1",
-        chat_id="c1",
-        user_message_id="u1",
-        trigger=Trigger.GENERATE,
-    )
+    main_request = MAIN
     for main in (ScriptedMainLlm(["reply"]), FunctionMainLlm(lambda r: "computed")):
         async with main:
             pass
