@@ -238,6 +238,9 @@ RULES: dict[str, tuple[TokenSamples, list[str]]] = {
             "passwords must match",
             "password: ",
             "password=get(x).strip()",
+            "def connect(password: str) -> None:",
+            "self.token: str | None = None",
+            "interface Login { password: string; }",
         ],
     ),
 }

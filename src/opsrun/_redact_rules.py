@@ -134,6 +134,11 @@ def mask_assignment(match: re.Match[str]) -> str:
 # Bare values that are not secrets: JSON/YAML/Python literals, and in JSON or a dict repr
 # (the key was quoted) numbers; an identifier that is called or indexed is code.
 _LITERALS = frozenset({"null", "true", "false", "none", "nil", "undefined"})
+_TYPES = frozenset(
+    {"str", "string", "bytes", "int", "integer", "float", "number", "bool", "boolean"}
+    | {"any", "object", "secretstr", "secretbytes"}
+)
+"""Type names: after ``:`` the value is an annotation (``password: str``), not a secret."""
 _NUMBER = re.compile(r"-?[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 _EXPRESSION = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*[(\[]")
 _REST_OF_WORD = re.compile(r"\S{0,256}")
@@ -148,6 +153,8 @@ def _is_code_or_literal(match: re.Match[str]) -> bool:
     """
     value = match.group("body")
     if value.lower() in _LITERALS:
+        return True
+    if value.lower() in _TYPES and match.group("prefix").rstrip().endswith(":"):
         return True
     if match.group("kq") is not None and _NUMBER.fullmatch(value):
         return True
