@@ -20,6 +20,7 @@ from opsrun.model import (
 )
 from opsrun.report import artifact_diff, session_view, ui_projection
 from opsrun.runner._artifacts import next_artifact
+from opsrun.stores._frozen import freeze
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -178,3 +179,12 @@ def test_artifact_diff_forms() -> None:
     long = artifact_diff({"k": "x" * 500}, {"k": "y" * 500}, limit=50)
     assert len(long) == 50
     assert long.endswith("…")
+
+
+def test_artifact_diff_tells_json_values_python_calls_equal() -> None:
+    assert artifact_diff(1, True) == "1 → true"
+    assert artifact_diff(1, 1.0) == "1 → 1.0"
+    assert artifact_diff({"ok": 0, "n": [1]}, {"ok": False, "n": [1]}) == "ok: 0 → false"
+    assert artifact_diff(freeze({"n": [1], "m": {"a": 1}}), {"n": [1], "m": {"a": 1}}) == (
+        "unchanged"
+    )

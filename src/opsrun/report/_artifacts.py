@@ -80,7 +80,7 @@ def artifact_diff(old: JsonValue, new: JsonValue, *, limit: int = _DIFF_LIMIT) -
     """
     if old is None:
         text = f"created: {_preview(new)}"
-    elif old == new:
+    elif _same(old, new):
         text = "unchanged"
     elif isinstance(old, dict) and isinstance(new, dict):
         text = _dict_diff(old, new)
@@ -98,9 +98,31 @@ def _dict_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
             changes.append(f"+{key}: {_preview(new[key])}")
         elif key not in new:
             changes.append(f"-{key}")
-        elif old[key] != new[key]:
+        elif not _same(old[key], new[key]):
             changes.append(f"{key}: {_preview(old[key])} → {_preview(new[key])}")
     return "; ".join(changes)
+
+
+def _same(old: Any, new: Any) -> bool:
+    """Equal as JSON: Python's ``1 == True == 1.0`` are three different JSON values
+    (a stored, read-only dict or list and a plain one are the same)."""
+    if old != new or _json_kind(old) != _json_kind(new):
+        return False
+    if isinstance(old, dict):
+        return all(_same(v, new[k]) for k, v in old.items())
+    if isinstance(old, list | tuple):
+        return all(_same(a, b) for a, b in zip(old, new, strict=True))
+    return True
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, list | tuple):
+        return "array"
+    return type(value).__name__
 
 
 def _text_diff(old: str, new: str) -> str:
