@@ -71,8 +71,14 @@ __all__ = [
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 """The time the contract's records start at (stores compare times only through records)."""
 
-PROPERTY = settings(suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
-"""Settings of the contract's properties (the fixture's store is shared by the examples)."""
+PROPERTY = settings(
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+    deadline=None,
+    max_examples=max(20, (settings.default or settings()).max_examples // 2),
+)
+"""Settings of the contract's properties (the fixture's store is shared by the examples):
+half the examples of the active profile, as each example makes several store calls and
+the suite runs once per store and backend."""
 
 QUICK_PROPERTY = settings(
     PROPERTY, max_examples=max(10, (settings.default or settings()).max_examples // 4)
