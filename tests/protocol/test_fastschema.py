@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from _support import examples
 from opsrun.errors import PlanError
 from opsrun.protocol import load_schema, parse_plan, plan_from_json
 from opsrun.protocol._fastschema import matches_schema
@@ -167,14 +168,14 @@ def answers(draw: st.DrawFn) -> Any:
 
 
 @pytest.mark.parametrize("version", [1, 2])
-@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(1.0), suppress_health_check=[HealthCheck.too_slow])
 @given(value=answers())
 def test_fast_check_agrees_with_the_schema(version: Literal[1, 2], value: Any) -> None:
     assert matches_schema(version, value) is schema_validator(version).is_valid(value)
 
 
 @pytest.mark.parametrize("version", [1, 2])
-@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(0.75), suppress_health_check=[HealthCheck.too_slow])
 @given(value=answers())
 def test_plan_from_json_accepts_what_the_schema_accepts(version: Literal[1, 2], value: Any) -> None:
     valid = schema_validator(version).is_valid(value)

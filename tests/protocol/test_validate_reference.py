@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_plan_paths import CORPUS
 
+from _support import examples
 from opsrun.protocol._content import (
     added_elision_line,
     added_lines,
@@ -879,13 +880,13 @@ plans = st.builds(
 # --- properties -----------------------------------------------------------------------------
 
 
-@settings(max_examples=400)
+@settings(max_examples=examples(1.0))
 @given(paths, policies, limits)
 def test_path_codes_agree(path: str, policy: PathPolicy, plan_limits: PlanLimits) -> None:
     assert path_codes(path, plan_limits, policy) == ref_path_codes(path, plan_limits, policy)
 
 
-@settings(max_examples=400)
+@settings(max_examples=examples(1.0))
 @given(paths, patterns, st.booleans())
 def test_protected_match_agrees(path: str, protected: tuple[str, ...], is_dir: bool) -> None:
     assert protected_match(path, protected, is_dir=is_dir) == ref_protected_match(
@@ -893,7 +894,7 @@ def test_protected_match_agrees(path: str, protected: tuple[str, ...], is_dir: b
     )
 
 
-@settings(max_examples=400)
+@settings(max_examples=examples(1.0))
 @given(st.lists(paths, max_size=6), policies, limits)
 def test_one_pass_path_facts_agree(
     many: list[str], policy: PathPolicy, plan_limits: PlanLimits
@@ -934,19 +935,19 @@ def test_corpus_paths_agree(path: str) -> None:
             )
 
 
-@settings(max_examples=400)
+@settings(max_examples=examples(1.0))
 @given(texts)
 def test_elision_line_agrees(text: str) -> None:
     assert elision_line(text) == ref_elision_line(text)
 
 
-@settings(max_examples=400)
+@settings(max_examples=examples(1.0))
 @given(patches)
 def test_added_elision_line_agrees(patch: str) -> None:
     assert added_elision_line(patch) == ref_elision_line(added_lines(patch))
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(0.75))
 @given(
     plans,
     st.sampled_from(["plan", "apply"]),
