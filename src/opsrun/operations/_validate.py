@@ -55,6 +55,7 @@ def validate_profile(
     if not profile.operation_profile_session_id.strip():
         add(Code.EMPTY_SESSION_ID, None, "operationProfileSessionId must not be empty")
     entries = _entries(profile, add)
+    reach = _Reach(entries)
     writers: dict[str, list[str]] = {}
     for op_id, entry in entries.items():
         definition = definitions.get(op_id)
@@ -64,8 +65,7 @@ def validate_profile(
             tag = _check_operation(entry, definition, operations.get(op_id), add)
             if tag is not None:
                 writers.setdefault(tag, []).append(op_id)
-        _check_dependencies(entry, entries, add)
-    _check_chains(entries, add)
+        _check_dependencies(entry, entries, add, reach)
     _check_writers(writers, add)
     graph = {
         op_id: [d for d in entry.config.depends_on if d in entries and d != op_id]
@@ -288,6 +288,7 @@ def _check_dependencies(
     entry: ProfileOperation,
     entries: Mapping[str, ProfileOperation],
     add: _Add,
+    reach: _Reach,
 ) -> None:
     op_id = entry.operation_id
     hooks = set(entry.config.hooks)
@@ -308,38 +309,7 @@ def _check_dependencies(
                 f"but its dependency {dep!r} does not",
             )
         if entry.config.required and entry.config.enabled:
-            _check_reachable(op_id, dep, entry.config, target.config, add)
-
-
-def _check_chains(entries: Mapping[str, ProfileOperation], add: _Add) -> None:
-    """A required operation whose dependency runs, but depends in turn (at any depth) on
-    one that cannot, would fail every run it is in (direct dependencies: see
-    :func:`_check_reachable`)."""
-    reach = _Reach(entries)
-    for op_id, entry in entries.items():
-        config = entry.config
-        if not (config.required and config.enabled):
-            continue
-        triggers = config.triggers if config.triggers is not None else tuple(Trigger)
-        for dep in dict.fromkeys(config.depends_on):
-            target = entries.get(dep)
-            if target is None or dep == op_id:
-                continue
-            found = {
-                t: reach.blocker(dep, t)
-                for t in triggers
-                if target.config.enabled and target.config.runs_on(t)
-            }
-            causes = {t: b for t, b in found.items() if b is not None and b != dep}
-            for cause in dict.fromkeys(causes.values()):
-                on = ", ".join(sorted(t.value for t, b in causes.items() if b == cause))
-                why = "disabled" if not entries[cause].config.enabled else f"not run on {on}"
-                add(
-                    Code.UNREACHABLE_DEPENDENCY,
-                    op_id,
-                    f"required {op_id!r} depends on {dep!r}, which depends on {cause!r} "
-                    f"({why}): every run on {on} would fail",
-                )
+            _check_reachable(op_id, dep, entry.config, target.config, add, reach)
 
 
 class _Reach:
@@ -353,6 +323,10 @@ class _Reach:
     def _deps(self, op_id: str) -> list[str]:
         deps = self._entries[op_id].config.depends_on
         return [d for d in dict.fromkeys(deps) if d in self._entries and d != op_id]
+
+    def enabled(self, op_id: str) -> bool:
+        """Whether ``op_id`` is enabled in the profile."""
+        return self._entries[op_id].config.enabled
 
     def _cannot_run(self, op_id: str, trigger: Trigger) -> bool:
         config = self._entries[op_id].config
@@ -402,9 +376,15 @@ class _Reach:
 
 
 def _check_reachable(
-    op_id: str, dep: str, config: OperationConfig, target: OperationConfig, add: _Add
+    op_id: str,
+    dep: str,
+    config: OperationConfig,
+    target: OperationConfig,
+    add: _Add,
+    reach: _Reach,
 ) -> None:
-    """A required operation whose dependency cannot run would fail every run it is in."""
+    """A required operation whose dependency cannot run, or needs (at any depth) one that
+    cannot, would fail every run it is in."""
     if not target.enabled:
         add(
             Code.UNREACHABLE_DEPENDENCY,
@@ -412,12 +392,22 @@ def _check_reachable(
             f"required {op_id!r} depends on {dep!r}, which is disabled: every run would fail",
         )
         return
-    runs_on = set(config.triggers) if config.triggers is not None else set(Trigger)
-    never = sorted(t.value for t in runs_on if not target.runs_on(t))
+    triggers = config.triggers if config.triggers is not None else tuple(Trigger)
+    never = sorted(t.value for t in triggers if not target.runs_on(t))
     if never:
         add(
             Code.UNREACHABLE_DEPENDENCY,
             op_id,
             f"required {op_id!r} runs on {', '.join(never)} but its dependency {dep!r} "
             "does not: every such run would fail",
+        )
+    causes = {t: reach.blocker(dep, t) for t in triggers if target.runs_on(t)}
+    for cause in dict.fromkeys(c for c in causes.values() if c is not None):
+        on = ", ".join(sorted(t.value for t, c in causes.items() if c == cause))
+        why = "disabled" if not reach.enabled(cause) else f"not run on {on}"
+        add(
+            Code.UNREACHABLE_DEPENDENCY,
+            op_id,
+            f"required {op_id!r} depends on {dep!r}, which depends on {cause!r} "
+            f"({why}): every run on {on} would fail",
         )
