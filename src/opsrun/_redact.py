@@ -332,18 +332,17 @@ class StreamRedactor:
         key whose rest never came, which no rule recognises on its own; so is an
         unterminated PEM block.
         """
-        pending = self._pending
+        pending, starts, pem = self._pending, self._starts, self._pem
         self._pending, self._starts, self._pem, self._credit = "", [], -1, 0
         if not pending:
             return ""
         if cut_off:
             cut = len(pending)
             if not pending[-1].isspace():  # the word still arriving, when long enough
-                word = max(pending.rfind(" "), pending.rfind("\n"), pending.rfind("\t")) + 1
+                word = starts[-1] if starts else 0
                 if cut - word >= _CUT_WORD:
                     cut = word
-            pem = pending.rfind(_PEM_BEGIN)
-            if pem >= 0 and _PEM_END not in pending[pem:]:
+            if pem >= 0:
                 cut = min(cut, pem)  # an unterminated PEM block, from its header
             if cut < len(pending):
                 return self.redactor.redact(pending[:cut]) + MASK
