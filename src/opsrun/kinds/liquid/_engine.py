@@ -641,9 +641,7 @@ def _check_delimiters(source: str) -> None:
                 continue
         end = source.find(closer, start + 2)
         if end < 0:
-            token = Token(
-                TOKEN_EOF, value=source[start : start + 80], start_index=start, source=source
-            )
+            token = _token_at(source, start)
             raise LiquidSyntaxError(f"expected {closer!r}, found end of file", token=token)
         inner = end - 1 if end > start + 2 and source[end - 1] == "-" else end
         space = inner
@@ -655,11 +653,14 @@ def _check_delimiters(source: str) -> None:
                 f"{inner - space} whitespace characters before {closer!r} exceed "
                 f"{MAX_SPACE_BEFORE_CLOSE}",
             )
-            error.token = Token(
-                TOKEN_EOF, value=source[start : start + 80], start_index=start, source=source
-            )
+            error.token = _token_at(source, start)
             raise error
         pos = end + 2
+
+
+def _token_at(source: str, start: int) -> Token:
+    """A token at ``start`` for an error's position (liquid reads line and column off it)."""
+    return Token(TOKEN_EOF, value=source[start : start + 80], start_index=start, source=source)
 
 
 def _make_environment(
@@ -789,7 +790,7 @@ def _position(exc: BaseException, source: str = "") -> tuple[str, dict[str, Any]
             position = None
     if token is None or position is None:
         message = str(liquid_error.message) if liquid_error is not None else ""
-        return _unclosed_tag(source, message)
+        return _searched_position(source, message)
     line, column, _prev, current, _next = position
     near = token.value if len(token.value) <= 80 else bound_text(token.value, 77) + "..."
     details = {
@@ -801,7 +802,7 @@ def _position(exc: BaseException, source: str = "") -> tuple[str, dict[str, Any]
     return f" at line {line}, column {column + 1}, near {near!r}", details
 
 
-def _unclosed_tag(source: str, message: str) -> tuple[str, dict[str, Any]]:
+def _searched_position(source: str, message: str) -> tuple[str, dict[str, Any]]:
     """Where the error that liquid gives no position for is in ``source``: for a block
     tag never closed, the last ``{% name`` without its ``{% endname``; else the first
     ``{{ … }}`` output that fails alike when parsed on its own."""
