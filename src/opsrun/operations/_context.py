@@ -175,6 +175,8 @@ class OperationContext(Generic[P]):
     """The main LLM result (after_main_llm only)."""
     deadline: float | None = None
     """``anyio.current_time()`` value after which the operation is cut off, if any."""
+    _until: float | None = field(default=None, init=False, repr=False, compare=False)
+    """``deadline`` on ``time.monotonic()``'s clock, which every thread can read."""
     abort: AbortSignal = field(default_factory=AbortSignal)
     """The run's abort signal; cancellation also reaches ``await`` points directly."""
     write_tag: str | None = None
@@ -189,9 +191,6 @@ class OperationContext(Generic[P]):
     def operation_id(self) -> str:
         """The operation's id."""
         return self.definition.operation_id
-
-    _until: float | None = field(default=None, init=False, repr=False, compare=False)
-    """``deadline`` on ``time.monotonic()``'s clock, which every thread can read."""
 
     def __post_init__(self) -> None:
         if self.deadline is not None:

@@ -199,7 +199,6 @@ class Scheduler:
         except anyio.get_cancelled_exc_class():
             raise
         except BaseException as exc:  # raised by the hook, which goes no further
-            spawned.scopes.discard(scope)
             spawned.fail(exc)
         finally:
             spawned.scopes.discard(scope)
@@ -275,7 +274,7 @@ class Scheduler:
                 message = f"the executor failed: {type(exc).__name__}: {exc}"
                 result, failure = None, error_of("executor_error", message)
             timeout_ms = e.config.timeout_ms
-            late = bool(timeout_ms) and (e.duration_ms or 0.0) >= (timeout_ms or 0)
+            late = timeout_ms is not None and (e.duration_ms or 0.0) >= timeout_ms
             if self._cancellation.aborted and e.status == OperationStatus.RUNNING:
                 # Aborted while it ran (a thread cannot be cancelled, and came back with
                 # its answer): left running, the run records it aborted.
